@@ -1,0 +1,284 @@
+"""The ``JOBQUEUE`` setting: its defaults, its validation and a cached typed view.
+
+Read settings only through :func:`get_config`, never at import or decoration time.
+The cache is cleared when ``JOBQUEUE`` changes (``override_settings`` works).
+
+Every duration either carries its unit in its name (``LEASE_MS``: milliseconds) or,
+without one (``KEEP``, ``DEDUPE``, ``RETENTION``), takes any value that
+:func:`django_jobqueue.durations.parse_duration` accepts.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .durations import parse_duration
+from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption
+
+__all__ = ["DEFAULTS", "JobQueueSettings", "QueueOptions", "get_config", "validate_settings"]
+
+#: Defaults of every ``JOBQUEUE`` key. Units are in the names or said beside them.
+DEFAULTS: dict[str, Any] = {
+    # Database alias that stores jobs; None asks the routers (db_for_write(Job)).
+    "DATABASE": None,
+    # Job types declared in settings: {"emails.send": {"handler": "app.jobs.send", ...}}.
+    "JOB_TYPES": {},
+    # Per-queue options: {"emails": {"dedupe": "1h", "keep": "7d"}}.
+    "QUEUES": {},
+    # Dotted paths of middleware (seed 004 MiddlewareFunc), outermost first.
+    "MIDDLEWARE": [],
+    # Seed 004 QueueConfig.Concurrent: worker threads per foreman.
+    "CONCURRENCY": 4,
+    # Seed 004 QueueConfig.BreakTime (ms): pause between two claims of one worker.
+    "BREAK_TIME_MS": 0,
+    # Seed 004 QueueConfig.RampTime (ms): least time between two worker spawns.
+    "RAMP_TIME_MS": 100,
+    # Governor idle sleep bounds (ms): grows from MIN to MAX while no job is found.
+    "MIN_SLEEP_MS": 50,
+    "MAX_SLEEP_MS": 2_000,
+    # Seed 004 QueueConfig.CleanError: whether `jobqueue prune` deletes dead letters.
+    "CLEAN_ERROR": False,
+    # Lease of a claimed job (ms) and the heartbeat interval that extends it (ms).
+    "LEASE_MS": 60_000,
+    "HEARTBEAT_MS": 15_000,
+    "DEFAULT_QUEUE": "default",
+    # Priority 1 runs first (seed 004).
+    "DEFAULT_PRIORITY": 100,
+    "DEFAULT_MAX_RETRY": 3,
+    # Default run time limit of one attempt (ms).
+    "DEFAULT_TIMEOUT_MS": 300_000,
+    # Retry backoff (ms): min(MAX, BASE * 2 ** (attempt - 1)), then +/- JITTER fraction.
+    "BACKOFF_BASE_MS": 1_000,
+    "BACKOFF_MAX_MS": 3_600_000,
+    "BACKOFF_JITTER": 0.25,
+    # How long a dead letter stays (seed 002 `keep`); how long a done job keeps its
+    # id (seed 002 `dedupe`, None: not at all); how long prune keeps done jobs.
+    "KEEP": "7d",
+    "DEDUPE": None,
+    "RETENTION": "7d",
+    # How long creation waits for an advisory lock (ms).
+    "LOCK_TIMEOUT_MS": 10_000,
+    # Pro licence token (seed 000) and extra trusted public keys.
+    "LICENCE_KEY": "",
+    "LICENCE_PUBLIC_KEYS": [],
+    # Declarative periodic plans: {"digest": {"job_type": ..., "cron": ..., ...}}.
+    "SCHEDULES": {},
+    # PostgreSQL LISTEN/NOTIFY wake-ups (polling still finds every job).
+    "NOTIFY": True,
+    # Grace period of a graceful shutdown (ms) before running jobs are handed back.
+    "SHUTDOWN_TIMEOUT_MS": 30_000,
+}
+
+_INT_KEYS = {
+    "CONCURRENCY": 1,
+    "BREAK_TIME_MS": 0,
+    "RAMP_TIME_MS": 0,
+    "MIN_SLEEP_MS": 1,
+    "MAX_SLEEP_MS": 1,
+    "LEASE_MS": 1_000,
+    "HEARTBEAT_MS": 100,
+    "DEFAULT_PRIORITY": 1,
+    "DEFAULT_MAX_RETRY": 0,
+    "DEFAULT_TIMEOUT_MS": 1,
+    "BACKOFF_BASE_MS": 0,
+    "BACKOFF_MAX_MS": 0,
+    "LOCK_TIMEOUT_MS": 0,
+    "SHUTDOWN_TIMEOUT_MS": 0,
+}
+_DURATION_KEYS = ("KEEP", "RETENTION")
+_QUEUE_OPTION_KEYS = frozenset({"dedupe", "keep"})
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """Options of one queue (seed 002): how long done and failed jobs keep their id."""
+
+    #: How long a done job keeps its id taken; None: it frees at once.
+    dedupe: timedelta | None
+    #: How long a failed (dead letter) job stays and keeps its id.
+    keep: timedelta
+
+
+@dataclass(frozen=True)
+class JobQueueSettings:
+    """The validated ``JOBQUEUE`` setting. Attribute names are the setting's keys."""
+
+    DATABASE: str | None
+    JOB_TYPES: Mapping[str, Mapping[str, Any]]
+    QUEUES: Mapping[str, QueueOptions]
+    MIDDLEWARE: tuple[str, ...]
+    CONCURRENCY: int
+    BREAK_TIME_MS: int
+    RAMP_TIME_MS: int
+    MIN_SLEEP_MS: int
+    MAX_SLEEP_MS: int
+    CLEAN_ERROR: bool
+    LEASE_MS: int
+    HEARTBEAT_MS: int
+    DEFAULT_QUEUE: str
+    DEFAULT_PRIORITY: int
+    DEFAULT_MAX_RETRY: int
+    DEFAULT_TIMEOUT_MS: int
+    BACKOFF_BASE_MS: int
+    BACKOFF_MAX_MS: int
+    BACKOFF_JITTER: float
+    KEEP: timedelta
+    DEDUPE: timedelta | None
+    RETENTION: timedelta
+    LOCK_TIMEOUT_MS: int
+    LICENCE_KEY: str
+    LICENCE_PUBLIC_KEYS: tuple[str, ...]
+    SCHEDULES: Mapping[str, Mapping[str, Any]]
+    NOTIFY: bool
+    SHUTDOWN_TIMEOUT_MS: int
+    _queue_defaults: QueueOptions = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    def queue_options(self, queue: str) -> QueueOptions:
+        """Return the options of ``queue``: its ``QUEUES`` entry, else the defaults."""
+        return self.QUEUES.get(queue, self._queue_defaults)
+
+
+def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
+    errors: list[str] = []
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        errors.append(
+            f"JOBQUEUE has unknown keys {unknown}; the known keys are {sorted(DEFAULTS)}."
+        )
+    values = {**DEFAULTS, **raw}
+    for key, minimum in _INT_KEYS.items():
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            errors.append(f"JOBQUEUE[{key!r}] must be an integer >= {minimum}: got {value!r}.")
+    for key in ("CLEAN_ERROR", "NOTIFY"):
+        if not isinstance(values[key], bool):
+            errors.append(f"JOBQUEUE[{key!r}] must be True or False: got {values[key]!r}.")
+    jitter = values["BACKOFF_JITTER"]
+    if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
+        errors.append(f"JOBQUEUE['BACKOFF_JITTER'] must be a number in 0..1: got {jitter!r}.")
+    for key in ("DEFAULT_QUEUE", "LICENCE_KEY"):
+        if not isinstance(values[key], str):
+            errors.append(f"JOBQUEUE[{key!r}] must be a string: got {values[key]!r}.")
+    if values["DATABASE"] is not None and not isinstance(values["DATABASE"], str):
+        errors.append(f"JOBQUEUE['DATABASE'] must be an alias or None: got {values['DATABASE']!r}.")
+    for key in ("JOB_TYPES", "QUEUES", "SCHEDULES"):
+        if not isinstance(values[key], Mapping):
+            errors.append(f"JOBQUEUE[{key!r}] must be a dict: got {type(values[key]).__name__}.")
+            values[key] = {}
+    for key in ("MIDDLEWARE", "LICENCE_PUBLIC_KEYS"):
+        if isinstance(values[key], str) or not isinstance(values[key], list | tuple):
+            errors.append(f"JOBQUEUE[{key!r}] must be a list of strings: got {values[key]!r}.")
+            values[key] = ()
+    durations: dict[str, timedelta | None] = {}
+    for key in (*_DURATION_KEYS, "DEDUPE"):
+        if key == "DEDUPE" and values[key] is None:
+            durations[key] = None
+            continue
+        try:
+            durations[key] = parse_duration(values[key], name=f"JOBQUEUE[{key!r}]")
+        except InvalidOption as exc:
+            errors.append(str(exc))
+    if not errors and values["HEARTBEAT_MS"] * 2 > values["LEASE_MS"]:
+        errors.append(
+            "JOBQUEUE['HEARTBEAT_MS'] must be at most half of LEASE_MS, so a lease is "
+            f"extended before it expires: got {values['HEARTBEAT_MS']} and {values['LEASE_MS']}."
+        )
+    if not errors and values["MIN_SLEEP_MS"] > values["MAX_SLEEP_MS"]:
+        errors.append("JOBQUEUE['MIN_SLEEP_MS'] must not exceed MAX_SLEEP_MS.")
+    queues: dict[str, QueueOptions] = {}
+    defaults = QueueOptions(dedupe=durations.get("DEDUPE"), keep=durations.get("KEEP") or timedelta(0))
+    for name, options in values["QUEUES"].items():
+        if not isinstance(options, Mapping) or set(options) - _QUEUE_OPTION_KEYS:
+            errors.append(
+                f"JOBQUEUE['QUEUES'][{name!r}] must be a dict with keys among "
+                f"{sorted(_QUEUE_OPTION_KEYS)}: got {options!r}."
+            )
+            continue
+        try:
+            dedupe = options.get("dedupe", defaults.dedupe)
+            queues[name] = QueueOptions(
+                dedupe=None if dedupe is None else parse_duration(dedupe, name="dedupe"),
+                keep=parse_duration(options.get("keep", defaults.keep), name="keep"),
+            )
+        except InvalidOption as exc:
+            errors.append(f"JOBQUEUE['QUEUES'][{name!r}]: {exc}")
+    if errors:
+        return None, errors
+    return (
+        JobQueueSettings(
+            DATABASE=values["DATABASE"],
+            JOB_TYPES=dict(values["JOB_TYPES"]),
+            QUEUES=queues,
+            MIDDLEWARE=tuple(values["MIDDLEWARE"]),
+            CONCURRENCY=values["CONCURRENCY"],
+            BREAK_TIME_MS=values["BREAK_TIME_MS"],
+            RAMP_TIME_MS=values["RAMP_TIME_MS"],
+            MIN_SLEEP_MS=values["MIN_SLEEP_MS"],
+            MAX_SLEEP_MS=values["MAX_SLEEP_MS"],
+            CLEAN_ERROR=values["CLEAN_ERROR"],
+            LEASE_MS=values["LEASE_MS"],
+            HEARTBEAT_MS=values["HEARTBEAT_MS"],
+            DEFAULT_QUEUE=values["DEFAULT_QUEUE"],
+            DEFAULT_PRIORITY=values["DEFAULT_PRIORITY"],
+            DEFAULT_MAX_RETRY=values["DEFAULT_MAX_RETRY"],
+            DEFAULT_TIMEOUT_MS=values["DEFAULT_TIMEOUT_MS"],
+            BACKOFF_BASE_MS=values["BACKOFF_BASE_MS"],
+            BACKOFF_MAX_MS=values["BACKOFF_MAX_MS"],
+            BACKOFF_JITTER=float(values["BACKOFF_JITTER"]),
+            KEEP=durations["KEEP"],  # type: ignore[arg-type]
+            DEDUPE=durations["DEDUPE"],
+            RETENTION=durations["RETENTION"],  # type: ignore[arg-type]
+            LOCK_TIMEOUT_MS=values["LOCK_TIMEOUT_MS"],
+            LICENCE_KEY=values["LICENCE_KEY"],
+            LICENCE_PUBLIC_KEYS=tuple(values["LICENCE_PUBLIC_KEYS"]),
+            SCHEDULES=dict(values["SCHEDULES"]),
+            NOTIFY=values["NOTIFY"],
+            SHUTDOWN_TIMEOUT_MS=values["SHUTDOWN_TIMEOUT_MS"],
+            _queue_defaults=defaults,
+        ),
+        [],
+    )
+
+
+def validate_settings() -> list[str]:
+    """Return the problems of the current ``JOBQUEUE`` setting, one sentence each.
+
+    Used by the system checks (``django_jobqueue.E001``); an empty list means valid.
+    """
+    raw = getattr(settings, "JOBQUEUE", {})
+    if not isinstance(raw, Mapping):
+        return [f"JOBQUEUE must be a dict: got {type(raw).__name__}."]
+    return _parse(raw)[1]
+
+
+@functools.cache
+def get_config() -> JobQueueSettings:
+    """Return the validated ``JOBQUEUE`` setting, merged over :data:`DEFAULTS`.
+
+    Raises
+    ------
+    ImproperlyConfiguredJobQueue
+        If the setting has an unknown key, a value of the wrong type or an
+        unparsable duration (the system check reports the same problems).
+    """
+    raw = getattr(settings, "JOBQUEUE", {})
+    if not isinstance(raw, Mapping):
+        raise ImproperlyConfiguredJobQueue(f"JOBQUEUE must be a dict: got {type(raw).__name__}.")
+    config, errors = _parse(raw)
+    if config is None:
+        raise ImproperlyConfiguredJobQueue(" ".join(errors))
+    return config
+
+
+@receiver(setting_changed)
+def _clear_cache(*, setting: str, **kwargs: Any) -> None:
+    if setting == "JOBQUEUE":
+        get_config.cache_clear()

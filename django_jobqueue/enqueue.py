@@ -1,0 +1,491 @@
+"""The producer API: validate, then create a job, race-free (seeds 000, 002, 004).
+
+``enqueue_job`` joins the caller's open transaction on the jobs' database: the job
+exists if and only if the caller's data commits. A job with an id or a unique key
+is created under :func:`django_jobqueue.locks.creation_lock`:
+
+1. a cheap pre-check, without locks (seed 004 CheckDuplicateJob);
+2. the locks of its (queue, id) and (queue, unique key), in sorted order;
+3. a re-check of the holders, clearing any stale hold (an id past ``dedupe``/``keep``,
+   a unique key past its TTL);
+4. the insert. The unique indexes over (queue, hash) are the last line: an insert
+   that loses a race the locks let through (MySQL, caller's transaction held open)
+   fails there and is answered as the duplicate it is.
+
+Unique keys (seed 000): the TTL is clamped to 1 s .. 7 days (default 1 hour); the
+Pro modes need a valid licence, checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, connections, router, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from . import locks
+from .conf import get_config
+from .durations import Duration, parse_duration
+from .exceptions import (
+    DuplicateJob,
+    InvalidJobId,
+    InvalidOption,
+    InvalidPayload,
+    InvalidRequest,
+    LockTimeout,
+    WrongDatabase,
+)
+from .registry import get_job_description
+
+__all__ = [
+    "MAX_ID_BYTES",
+    "EnqueueResult",
+    "JobSpec",
+    "aenqueue_job",
+    "build_job",
+    "create_job",
+    "enqueue_job",
+    "hold_lock_names",
+    "jobs_database",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Longest id (seed 002) and unique key, in bytes of UTF-8.
+MAX_ID_BYTES = 1024
+#: Unique key TTL bounds and default (seed 000), ms.
+UNIQUE_TTL_MIN_MS = 1_000
+UNIQUE_TTL_MAX_MS = 7 * 86_400_000
+UNIQUE_TTL_DEFAULT_MS = 3_600_000
+_MAX_PRIORITY = 2_147_483_647
+_PRO_MODES = ("until_executing", "until_executed")
+_MODES = ("while_locked", *_PRO_MODES)
+
+
+class EnqueueResult(dict[str, str]):
+    """The answer of an enqueue: ``{"status": "enqueued" | "deduplicated", "jid": ...}``.
+
+    A dict (seed 000's shape) with attribute access. ``jid`` of a deduplicated
+    enqueue is the jid of the job holding the unique key.
+    """
+
+    @property
+    def status(self) -> str:
+        """``"enqueued"`` or ``"deduplicated"``."""
+        return self["status"]
+
+    @property
+    def jid(self) -> str:
+        """The new job's jid, or the holder's when deduplicated."""
+        return self["jid"]
+
+    @property
+    def deduplicated(self) -> bool:
+        """Whether an identical job held the unique key and nothing was stored."""
+        return self["status"] == "deduplicated"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job, ready to insert. Built only by :func:`build_job`."""
+
+    using: str
+    queue: str
+    job_type: str
+    payload: Any
+    priority: int
+    max_retry: int
+    timeout_ms: int
+    secure: bool
+    #: Absolute run time, or None for "now plus ``delay``" by the database clock.
+    at: datetime | None
+    delay: timedelta
+    expires_ms: int | None
+    job_id: str | None
+    unique_key: str | None
+    unique_mode: str
+    unique_ttl_ms: int
+
+    def model_fields(self, jid: str) -> dict[str, Any]:
+        """Return the ``Job`` fields of this spec, times as database expressions."""
+        from .models import hold_hash
+
+        run_at: Any = self.at if self.at is not None else Now() + self.delay
+        return {
+            "jid": jid,
+            "queue": self.queue,
+            "job_type": self.job_type,
+            "payload": self.payload,
+            "priority": self.priority,
+            "max_retry": self.max_retry,
+            "timeout_ms": self.timeout_ms,
+            "secure": self.secure,
+            "run_at": run_at,
+            "expires_at": None
+            if self.expires_ms is None
+            else Now() + timedelta(milliseconds=self.expires_ms),
+            "job_id": self.job_id,
+            "job_id_hash": None if self.job_id is None else hold_hash(self.job_id),
+            "unique_key": self.unique_key,
+            "unique_key_hash": None if self.unique_key is None else hold_hash(self.unique_key),
+            "unique_mode": self.unique_mode if self.unique_key is not None else "",
+            "unique_expires_at": None
+            if self.unique_key is None
+            else Now() + timedelta(milliseconds=self.unique_ttl_ms),
+        }
+
+
+def jobs_database() -> str:
+    """Return the alias that stores jobs: ``JOBQUEUE["DATABASE"]``, else the routers'."""
+    from .models import Job
+
+    return get_config().DATABASE or router.db_for_write(Job)
+
+
+def _check_transaction(using: str) -> None:
+    if connections[using].in_atomic_block:
+        return
+    for conn in connections.all(initialized_only=True):
+        if conn.alias != using and conn.in_atomic_block:
+            raise WrongDatabase(
+                f"A transaction is open on database {conn.alias!r} but jobs are stored on "
+                f"{using!r}, so this job would not roll back with your data; open the "
+                f"transaction with transaction.atomic(using={using!r}) or set "
+                "JOBQUEUE['DATABASE']."
+            )
+
+
+def check_text(value: Any, what: str) -> str:
+    """Return ``value`` if it is 1 to 1,024 bytes of UTF-8, else raise.
+
+    Raises
+    ------
+    InvalidJobId
+        If ``value`` is not a string, is empty, or is longer than 1,024 UTF-8 bytes.
+    """
+    if not isinstance(value, str):
+        raise InvalidJobId(f"{what} must be a string: got {type(value).__name__}.")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidJobId(f"{what} is not valid UTF-8 text (lone surrogate).") from exc
+    if not 1 <= size <= MAX_ID_BYTES:
+        raise InvalidJobId(f"{what} must be 1 to {MAX_ID_BYTES} bytes of UTF-8: got {size} bytes.")
+    return value
+
+
+def _positive_int(value: Any, name: str, minimum: int = 1, maximum: int = _MAX_PRIORITY) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidOption(f"{name} must be an integer from {minimum} to {maximum}: got {value!r}.")
+    return value
+
+
+def build_job(
+    queue: str | None,
+    job_type: str,
+    payload: Any = None,
+    *,
+    delay: Duration | None = None,
+    at: datetime | None = None,
+    priority: int | None = None,
+    max_retry: int | None = None,
+    expires_ms: int | None = None,
+    timeout_ms: int | None = None,
+    job_id: str | None = None,
+    unique_key: str | None = None,
+    unique_mode: str | None = None,
+    unique_ttl_ms: int | None = None,
+) -> JobSpec:
+    """Validate an enqueue's arguments into a :class:`JobSpec`; see :func:`enqueue_job`.
+
+    Raises
+    ------
+    UnknownJobType, InvalidPayload, InvalidOption, InvalidJobId, InvalidRequest, ProRequired
+        As described in :func:`enqueue_job`. Nothing is written.
+    """
+    desc = get_job_description(job_type)
+    config = get_config()
+    queue = queue if queue is not None else (desc.queue or config.DEFAULT_QUEUE)
+    if not isinstance(queue, str) or not 0 < len(queue) <= 100:
+        raise InvalidOption(f"queue must be a name of 1 to 100 characters: got {queue!r}.")
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"The payload of a {job_type!r} job is not JSON: {exc}.") from exc
+    if delay is not None and at is not None:
+        raise InvalidOption("Give either delay or at, not both.")
+    if at is not None:
+        if not isinstance(at, datetime):
+            raise InvalidOption(f"at must be a datetime: got {type(at).__name__}.")
+        if timezone.is_naive(at):
+            raise InvalidOption(f"at must be an aware datetime (with tzinfo): got {at!r}.")
+    delay_td = timedelta(0) if delay is None else parse_duration(delay, name="delay")
+    if expires_ms is not None:
+        _positive_int(expires_ms, "expires_ms")
+    if timeout_ms is not None:
+        _positive_int(timeout_ms, "timeout_ms")
+    if max_retry is not None:
+        _positive_int(max_retry, "max_retry", minimum=0, maximum=10_000)
+    if job_id is not None:
+        check_text(job_id, "A job id")
+    mode = ""
+    ttl_ms = UNIQUE_TTL_DEFAULT_MS
+    if unique_key is not None:
+        check_text(unique_key, "A unique_key")
+        mode = "while_locked" if unique_mode is None else unique_mode
+        if mode not in _MODES:
+            raise InvalidRequest(
+                f"unique_mode must be one of {', '.join(_MODES)}: got {unique_mode!r}."
+            )
+        if unique_ttl_ms is not None:
+            if isinstance(unique_ttl_ms, bool) or not isinstance(unique_ttl_ms, int | float):
+                raise InvalidOption(f"unique_ttl_ms must be a number of ms: got {unique_ttl_ms!r}.")
+            ttl_ms = int(min(max(unique_ttl_ms, UNIQUE_TTL_MIN_MS), UNIQUE_TTL_MAX_MS))
+        if mode in _PRO_MODES:
+            from .licence import require_pro
+
+            require_pro(f"unique_mode={mode!r}")
+    return JobSpec(
+        using=jobs_database(),
+        queue=queue,
+        job_type=job_type,
+        payload=payload,
+        priority=_positive_int(
+            priority if priority is not None else (desc.priority or config.DEFAULT_PRIORITY),
+            "priority",
+        ),
+        max_retry=max_retry if max_retry is not None else (
+            desc.max_retry if desc.max_retry is not None else config.DEFAULT_MAX_RETRY
+        ),
+        timeout_ms=timeout_ms or desc.timeout_ms or config.DEFAULT_TIMEOUT_MS,
+        secure=desc.secure,
+        at=at,
+        delay=delay_td,
+        expires_ms=expires_ms,
+        job_id=job_id,
+        unique_key=unique_key,
+        unique_mode=mode,
+        unique_ttl_ms=ttl_ms,
+    )
+
+
+def hold_lock_names(queue: str, *, job_id: str | None = None, unique_key: str | None = None) -> list[str]:
+    """Return the creation lock names of an id and a unique key on ``queue``."""
+    from .models import hold_hash
+
+    names = []
+    if job_id is not None:
+        names.append(f"id\x00{queue}\x00{hold_hash(job_id)}")
+    if unique_key is not None:
+        names.append(f"uk\x00{queue}\x00{hold_hash(unique_key)}")
+    return names
+
+
+def _live_holder(spec: JobSpec) -> tuple[str, str] | None:
+    """Return ("id" | "unique_key", jid) of a live holder of spec's id or key, if any."""
+    from .models import Job, hold_hash
+
+    held = Q()
+    if spec.job_id is not None:
+        held |= Q(job_id_hash=hold_hash(spec.job_id)) & (
+            Q(id_held_until__isnull=True) | Q(id_held_until__gt=Now())
+        )
+    if spec.unique_key is not None:
+        held |= Q(unique_key_hash=hold_hash(spec.unique_key), unique_expires_at__gt=Now())
+    rows = Job.objects.using(spec.using).filter(held, queue=spec.queue).values_list(
+        "jid", "job_id_hash"
+    )
+    for jid, id_hash in rows:
+        if spec.job_id is not None and id_hash == hold_hash(spec.job_id):
+            return "id", jid
+    for jid, _id_hash in rows:
+        return "unique_key", jid
+    return None
+
+
+def _clear_stale_holds(spec: JobSpec) -> None:
+    from .models import Job, hold_hash
+
+    jobs = Job.objects.using(spec.using).filter(queue=spec.queue)
+    if spec.job_id is not None:
+        jobs.filter(job_id_hash=hold_hash(spec.job_id), id_held_until__lte=Now()).update(
+            job_id_hash=None, updated_at=Now()
+        )
+    if spec.unique_key is not None:
+        jobs.filter(
+            unique_key_hash=hold_hash(spec.unique_key), unique_expires_at__lte=Now()
+        ).update(unique_key_hash=None, updated_at=Now())
+
+
+def _answer_holder(spec: JobSpec, holder: tuple[str, str]) -> EnqueueResult:
+    kind, jid = holder
+    if kind == "id":
+        raise DuplicateJob(
+            f"Job id {spec.job_id!r} is already held on queue {spec.queue!r} by job {jid}.",
+            holder_jid=jid,
+        )
+    logger.debug("deduplicated queue=%s type=%s holder=%s", spec.queue, spec.job_type, jid)
+    return EnqueueResult(status="deduplicated", jid=jid)
+
+
+def _retrying_sqlite_lock(using: str, timeout_ms: int) -> Iterator[int]:
+    """Yield attempt numbers while SQLite's "database is locked" may be retried."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    attempt = 0
+    while True:
+        yield attempt
+        attempt += 1
+        if time.monotonic() >= deadline or connections[using].in_atomic_block:
+            return
+        time.sleep(min(0.05 * attempt, 0.5))
+
+
+def create_job(spec: JobSpec) -> EnqueueResult:
+    """Insert the job of ``spec``, race-free when it carries an id or a unique key.
+
+    Returns
+    -------
+    EnqueueResult
+        ``enqueued`` with the new jid, or ``deduplicated`` with the jid of the job
+        holding the unique key.
+
+    Raises
+    ------
+    DuplicateJob
+        If another job holds ``spec.job_id`` on its queue (seed 004 DUPLICATE_JOB).
+    LockTimeout
+        If a creation lock, or SQLite's write lock, was not had in time.
+    WrongDatabase
+        If the caller's transaction is open on another alias than the jobs'.
+
+    Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob; seed 000 unique jobs.
+    """
+    _check_transaction(spec.using)
+    timeout_ms = get_config().LOCK_TIMEOUT_MS
+    error: Exception | None = None
+    for _attempt in _retrying_sqlite_lock(spec.using, timeout_ms):
+        try:
+            return _create(spec, timeout_ms)
+        except Exception as exc:
+            if not locks.sqlite_locked(exc):
+                raise
+            error = exc
+    raise LockTimeout(
+        f"The database stayed locked for {timeout_ms} ms (SQLite allows one writer at a "
+        "time); retry, or shorten the transactions that write."
+    ) from error
+
+
+def _create(spec: JobSpec, timeout_ms: int) -> EnqueueResult:
+    from .models import Job
+
+    jid = uuid.uuid4().hex
+    names = hold_lock_names(spec.queue, job_id=spec.job_id, unique_key=spec.unique_key)
+    if not names:
+        Job.objects.using(spec.using).create(**spec.model_fields(jid))
+        _wake(spec)
+        return EnqueueResult(status="enqueued", jid=jid)
+    holder = _live_holder(spec)  # seed 004 CheckDuplicateJob: cheap, lock-free
+    if holder is not None:
+        return _answer_holder(spec, holder)
+    try:
+        with locks.creation_lock(spec.using, names, timeout_ms=timeout_ms):
+            holder = _live_holder(spec)
+            if holder is not None:
+                return _answer_holder(spec, holder)
+            _clear_stale_holds(spec)
+            Job.objects.using(spec.using).create(**spec.model_fields(jid))
+    except IntegrityError:
+        # The unique index caught a creator the locks let through: answer it.
+        holder = _live_holder(spec)
+        if holder is None:
+            raise
+        return _answer_holder(spec, holder)
+    _wake(spec)
+    return EnqueueResult(status="enqueued", jid=jid)
+
+
+def _wake(spec: JobSpec) -> None:
+    if spec.at is None and spec.delay == timedelta(0):
+        from .worker.wakeup import notify_on_commit
+
+        notify_on_commit(spec.using, spec.queue)
+
+
+def enqueue_job(
+    queue: str | None,
+    job_type: str,
+    payload: Any = None,
+    **options: Any,
+) -> EnqueueResult:
+    """Enqueue one job; inside ``transaction.atomic()`` it joins that transaction.
+
+    Parameters
+    ----------
+    queue:
+        Queue name (1 to 100 characters); None: the job type's queue, else
+        ``JOBQUEUE["DEFAULT_QUEUE"]``.
+    job_type:
+        A registered job type, such as ``"emails.send"``.
+    payload:
+        Any JSON value (dicts, lists, strings, numbers, booleans, None; no NaN).
+    **options:
+        ``delay`` (duration: ``"10s"``, seconds, timedelta) or ``at`` (aware
+        datetime); ``priority`` (int >= 1, 1 runs first); ``max_retry`` (int >= 0);
+        ``expires_ms`` (ms from now after which the job is not started);
+        ``timeout_ms`` (run time limit of one attempt, ms); ``unique_key`` (1 to
+        1,024 bytes), ``unique_mode`` (``while_locked``, ``until_executing``,
+        ``until_executed``), ``unique_ttl_ms`` (ms, clamped to 1 s .. 7 days,
+        default 1 hour).
+
+    Returns
+    -------
+    EnqueueResult
+        ``{"status": "enqueued", "jid": ...}``, or ``"deduplicated"`` with the
+        holder's jid when the unique key is locked.
+
+    Raises
+    ------
+    UnknownJobType
+        If ``job_type`` is not registered.
+    InvalidPayload
+        If ``payload`` is not JSON.
+    InvalidOption
+        If an option is unknown or out of range (a negative delay, say).
+    InvalidRequest
+        If ``unique_mode`` is not one of the three modes.
+    ProRequired
+        If a Pro ``unique_mode`` is used with a unique key and no valid licence.
+    LockTimeout, WrongDatabase
+        See :func:`create_job`.
+
+    Nothing is written when an error is raised.
+
+    Implements: seed 000 (enqueue_job, unique jobs); seed 004 Foreman.AddJob.
+    """
+    allowed = {
+        "delay", "at", "priority", "max_retry", "expires_ms", "timeout_ms",
+        "unique_key", "unique_mode", "unique_ttl_ms",
+    }  # fmt: skip
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise InvalidOption(f"Unknown enqueue options {unknown}; the options are {sorted(allowed)}.")
+    return create_job(build_job(queue, job_type, payload, **options))
+
+
+async def aenqueue_job(
+    queue: str | None, job_type: str, payload: Any = None, **options: Any
+) -> EnqueueResult:
+    """Async twin of :func:`enqueue_job`."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(enqueue_job)(queue, job_type, payload, **options)

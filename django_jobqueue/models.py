@@ -1,0 +1,240 @@
+"""Jobs and schedules, stored through the ORM (seed 004 Job, ScheduleJob, JobStorage).
+
+Seed 004's words map onto the fields once, here:
+
+========================  ==========================================
+seed 004 / seed 002       ``Job`` field
+========================  ==========================================
+``ID``                    ``jid`` (the public handle; ``id`` stays Django's pk)
+``JobID`` / seed 002 id   ``job_id`` (+ ``job_id_hash`` while the id is held)
+``Title``                 ``job_type``
+``Try``                   ``attempt`` (``try`` is a Python keyword)
+``Payload``, ``Result``   ``payload``, ``result`` (JSON)
+``Status``                ``status`` (:class:`JobStatus`)
+``UpdatedAt``             ``updated_at``
+========================  ==========================================
+
+Holds. An id (seed 002) or a unique key (seed 000) is *held* by the row whose
+``job_id_hash`` / ``unique_key_hash`` carries its SHA-256 (hex). A unique index over
+(queue, hash) makes two holders impossible on every database; NULLs never collide,
+so ending a hold is setting the hash to NULL. ``id_held_until`` and
+``unique_expires_at`` bound a hold in time: a hold past them is stale and the
+creation path clears it under its lock before inserting.
+
+State changes are guarded ``update()`` calls in :class:`JobQuerySet` and
+:class:`JobManager` that filter on the expected status and lease token and check
+the row count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from django.db import models
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+__all__ = [
+    "DEAD_STATUSES",
+    "FINISHED_STATUSES",
+    "WAITING_STATUSES",
+    "Job",
+    "JobStatus",
+    "ScheduleJob",
+    "UniqueMode",
+    "hold_hash",
+]
+
+
+class JobStatus(models.TextChoices):
+    """Stored job statuses (seed 004 JobStatus, plus ``cancelled``)."""
+
+    #: Waiting to run; scheduled when ``run_at`` is in the future.
+    INIT = "init", _("init")
+    #: Claimed by a worker, running under a lease.
+    PROCESSING = "processing", _("processing")
+    #: An attempt failed; runs again at ``run_at``.
+    RETRY = "retry", _("retry")
+    #: Failed for good without retry (non-retryable, expired, unknown job type).
+    ERROR = "error", _("error")
+    #: Failed for good after its retries (dead letter).
+    MAX_RETRY = "max_retry", _("max retry")
+    #: Completed successfully.
+    DONE = "done", _("done")
+    #: A running job that was told to stop.
+    CANCELLED = "cancelled", _("cancelled")
+
+
+#: Statuses a worker may claim.
+WAITING_STATUSES = (JobStatus.INIT, JobStatus.RETRY)
+#: Dead letters: failed for good, kept for ``keep``.
+DEAD_STATUSES = (JobStatus.ERROR, JobStatus.MAX_RETRY)
+#: Statuses no worker will move out of on its own.
+FINISHED_STATUSES = (*DEAD_STATUSES, JobStatus.DONE, JobStatus.CANCELLED)
+
+
+class UniqueMode(models.TextChoices):
+    """When a unique key's lock frees (seed 000 "Modes"); the TTL always bounds it."""
+
+    #: Core: when ``unique_ttl_ms`` passes.
+    WHILE_LOCKED = "while_locked", _("while locked")
+    #: Pro: the moment a worker claims the job.
+    UNTIL_EXECUTING = "until_executing", _("until executing")
+    #: Pro: when the job completes successfully (not on dead letter).
+    UNTIL_EXECUTED = "until_executed", _("until executed")
+
+
+def hold_hash(text: str) -> str:
+    """Return the hex SHA-256 of ``text``'s UTF-8 bytes: the indexed form of a hold.
+
+    Comparing hashes compares ids byte for byte, whatever the database collation.
+    """
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """Query helpers named for states."""
+
+    def waiting(self) -> JobQuerySet:
+        """Jobs in ``init`` or ``retry`` (due or scheduled)."""
+        return self.filter(waiting=True)
+
+    def due(self) -> JobQuerySet:
+        """Waiting jobs whose ``run_at`` has come, by the database clock."""
+        return self.filter(waiting=True, run_at__lte=Now())
+
+    def processing(self) -> JobQuerySet:
+        """Jobs claimed by a worker."""
+        return self.filter(status=JobStatus.PROCESSING)
+
+    def lease_expired(self) -> JobQuerySet:
+        """Claimed jobs whose lease has expired by the database clock."""
+        return self.filter(status=JobStatus.PROCESSING, lease_expires_at__lt=Now())
+
+    def dead(self) -> JobQuerySet:
+        """Dead letters: ``error`` and ``max_retry``."""
+        return self.filter(status__in=DEAD_STATUSES)
+
+    def done(self) -> JobQuerySet:
+        """Jobs that completed successfully."""
+        return self.filter(status=JobStatus.DONE)
+
+
+class Job(models.Model):
+    """One unit of work (seed 004 Job). See the module docstring for the field map."""
+
+    jid = models.CharField(_("jid"), max_length=32, unique=True, editable=False)
+    queue = models.CharField(_("queue"), max_length=100)
+    job_type = models.CharField(_("job type"), max_length=200)
+    job_id = models.CharField(_("id"), max_length=1024, null=True, blank=True)
+    job_id_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    id_held_until = models.DateTimeField(null=True, blank=True)
+    payload = models.JSONField(_("payload"), null=True)
+    result = models.JSONField(_("result"), null=True, blank=True)
+    message = models.TextField(_("message"), blank=True, default="")
+    #: One entry per failed attempt: {"attempt", "exception_class", "message", "traceback", "at"}.
+    errors = models.JSONField(_("errors"), default=list, blank=True)
+    status = models.CharField(
+        _("status"), max_length=16, choices=JobStatus.choices, default=JobStatus.INIT
+    )
+    #: True exactly while ``status`` is ``init`` or ``retry``: the leading column of
+    #: the claim index, a portable stand-in for a partial index (MySQL has none).
+    waiting = models.BooleanField(default=True, editable=False)
+    priority = models.PositiveIntegerField(_("priority"), default=100)
+    attempt = models.PositiveIntegerField(_("attempt"), default=0)
+    max_retry = models.PositiveIntegerField(_("max retry"), default=3)
+    timeout_ms = models.PositiveIntegerField(_("timeout (ms)"), default=300_000)
+    secure = models.BooleanField(_("secure"), default=False)
+    run_at = models.DateTimeField(_("run at"))
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    unique_key = models.CharField(_("unique key"), max_length=1024, null=True, blank=True)
+    unique_key_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    unique_mode = models.CharField(
+        _("unique mode"), max_length=16, choices=UniqueMode.choices, blank=True, default=""
+    )
+    unique_expires_at = models.DateTimeField(_("unique lock expires at"), null=True, blank=True)
+    lease_owner = models.CharField(_("lease owner"), max_length=200, blank=True, default="")
+    lease_token = models.CharField(max_length=32, blank=True, default="", editable=False)
+    lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
+    heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
+    cancel_requested = models.BooleanField(_("cancel requested"), default=False)
+    #: Seed 002 ``set`` on a running job: one run more after this one, with this value.
+    rerun = models.BooleanField(default=False)
+    rerun_payload = models.JSONField(null=True, blank=True)
+    rerun_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), db_default=Now())
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        indexes = [
+            models.Index(
+                fields=["waiting", "queue", "priority", "run_at", "id"], name="jq_job_claim_idx"
+            ),
+            models.Index(fields=["status", "lease_expires_at"], name="jq_job_lease_idx"),
+            models.Index(fields=["status", "finished_at"], name="jq_job_finished_idx"),
+            models.Index(fields=["queue", "status", "finished_at"], name="jq_job_queue_idx"),
+            models.Index(fields=["job_type", "status"], name="jq_job_type_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "job_id_hash"], name="jq_job_id_uniq"),
+            models.UniqueConstraint(fields=["queue", "unique_key_hash"], name="jq_job_ukey_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_type} {self.jid} ({self.status})"
+
+    @property
+    def is_dead(self) -> bool:
+        """Whether the job is a dead letter (``error`` or ``max_retry``)."""
+        return self.status in DEAD_STATUSES
+
+    def shown_payload(self) -> Any:
+        """Return the payload for display: hidden when the job type is ``secure``."""
+        return "<secure>" if self.secure else self.payload
+
+    def shown_result(self) -> Any:
+        """Return the result for display: hidden when the job type is ``secure``."""
+        return "<secure>" if self.secure else self.result
+
+
+class ScheduleJob(models.Model):
+    """A plan that makes jobs: once at a time, or on a cron expression (seed 004).
+
+    Seed 004 ScheduleJob's ``JobID`` is ``name`` (unique), ``Title`` is ``job_type``,
+    ``Schedule`` is ``schedule_at`` (the next run, UTC), ``ExecuteID`` is
+    ``execute_id`` (the jid of the last job made) and ``Log`` is ``log`` (the last
+    outcomes, newest last).
+    """
+
+    name = models.CharField(_("name"), max_length=200, unique=True)
+    queue = models.CharField(_("queue"), max_length=100)
+    job_type = models.CharField(_("job type"), max_length=200)
+    payload = models.JSONField(_("payload"), null=True, blank=True)
+    priority = models.PositiveIntegerField(_("priority"), default=100)
+    status = models.CharField(_("status"), max_length=16, default="active")
+    cron = models.CharField(_("cron"), max_length=200, blank=True, default="")
+    timezone = models.CharField(_("time zone"), max_length=64, default="UTC")
+    enabled = models.BooleanField(_("enabled"), default=True)
+    catch_up = models.BooleanField(_("catch up"), default=False)
+    schedule_at = models.DateTimeField(_("next run at"), null=True, blank=True)
+    execute_id = models.CharField(_("last job"), max_length=32, blank=True, default="")
+    log = models.JSONField(_("log"), default=list, blank=True)
+    source = models.CharField(_("source"), max_length=16, default="code")
+    last_run_at = models.DateTimeField(_("last run at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+    updated_at = models.DateTimeField(_("updated at"), db_default=Now())
+
+    class Meta:
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
+        indexes = [models.Index(fields=["enabled", "schedule_at"], name="jq_sched_due_idx")]
+
+    def __str__(self) -> str:
+        return self.name

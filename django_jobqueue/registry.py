@@ -1,0 +1,281 @@
+"""Job types: the ``@job`` decorator, ``JOBQUEUE["JOB_TYPES"]`` and JobDescription.
+
+A job type (seed 004 "title") names a handler ``handler(payload, ctx)``, sync or
+async, and carries seed 004's JobDescription options. Job types come from two
+places: ``@job`` in any module (each installed app's ``jobs`` module is imported on
+first lookup, as the admin autodiscovers ``admin``), and ``JOBQUEUE["JOB_TYPES"]``,
+read on lookup, never at import time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.utils.module_loading import autodiscover_modules, import_string
+
+from .durations import Duration, parse_duration, to_ms
+from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption, UnknownJobType
+
+if TYPE_CHECKING:
+    from .enqueue import EnqueueResult
+
+__all__ = ["JobDescription", "JobHandle", "get_job_description", "job", "registered_job_types"]
+
+_UNSET: Any = object()
+_registry: dict[str, JobDescription] = {}
+_lock = threading.Lock()
+_discovered = False
+
+_JOB_TYPE_KEYS = frozenset(
+    {"handler", "queue", "max_retry", "timeout", "concurrent", "priority", "secure", "dedupe", "keep"}
+)
+
+
+@dataclass(frozen=True)
+class JobDescription:
+    """A registered job type (seed 004 JobDescription).
+
+    ``None`` in an option means "the ``JOBQUEUE`` default, read when used".
+    """
+
+    #: The job type's name (seed 004 Title), such as ``"emails.send"``.
+    name: str
+    #: ``handler(payload, ctx)``; a coroutine function runs in its own event loop.
+    handler: Callable[..., Any]
+    #: Queue its jobs go to unless the enqueue says otherwise.
+    queue: str | None = None
+    #: Retries after the first attempt (seed 004 MaxRetry).
+    max_retry: int | None = None
+    #: Run time limit of one attempt, ms (seed 004 TTL, there in seconds).
+    timeout_ms: int | None = None
+    #: Most jobs of this type one foreman runs at once (seed 004 Concurrent); None: no limit.
+    concurrent: int | None = None
+    #: Default priority, 1 runs first (seed 004 Priority).
+    priority: int | None = None
+    #: Never show payload or result in the admin, the console or logs (seed 004 Secure).
+    secure: bool = False
+    #: How long a done job keeps its id (seed 002 ``dedupe``); _UNSET: the queue's.
+    dedupe: timedelta | None = _UNSET
+    #: How long a dead letter stays (seed 002 ``keep``); None: the queue's.
+    keep: timedelta | None = None
+
+
+def _validate(desc: JobDescription) -> JobDescription:
+    name = desc.name
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise ImproperlyConfiguredJobQueue(
+            f"Job type name {name!r} must be a non-empty string of at most 200 characters."
+        )
+    if not callable(desc.handler):
+        raise ImproperlyConfiguredJobQueue(f"Job type {name!r}: handler must be callable.")
+    for option, minimum in (("max_retry", 0), ("concurrent", 1), ("priority", 1)):
+        value = getattr(desc, option)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+            raise ImproperlyConfiguredJobQueue(
+                f"Job type {name!r}: {option} must be an integer >= {minimum}: got {value!r}."
+            )
+    if desc.queue is not None and (not isinstance(desc.queue, str) or not 0 < len(desc.queue) <= 100):
+        raise ImproperlyConfiguredJobQueue(
+            f"Job type {name!r}: queue must be a name of 1 to 100 characters: got {desc.queue!r}."
+        )
+    return desc
+
+
+def _describe(name: str, handler: Callable[..., Any], options: Mapping[str, Any]) -> JobDescription:
+    try:
+        timeout = options.get("timeout")
+        dedupe = options.get("dedupe", _UNSET)
+        keep = options.get("keep")
+        return _validate(
+            JobDescription(
+                name=name,
+                handler=handler,
+                queue=options.get("queue"),
+                max_retry=options.get("max_retry"),
+                timeout_ms=None if timeout is None else max(1, to_ms(parse_duration(timeout, name="timeout"))),
+                concurrent=options.get("concurrent"),
+                priority=options.get("priority"),
+                secure=bool(options.get("secure", False)),
+                dedupe=dedupe if dedupe in (_UNSET, None) else parse_duration(dedupe, name="dedupe"),
+                keep=None if keep is None else parse_duration(keep, name="keep"),
+            )
+        )
+    except InvalidOption as exc:
+        raise ImproperlyConfiguredJobQueue(f"Job type {name!r}: {exc}") from exc
+
+
+class JobHandle:
+    """What ``@job`` returns: call it to run the handler, or enqueue jobs of its type."""
+
+    def __init__(self, description: JobDescription) -> None:
+        self.description = description
+        self.__wrapped__ = description.handler
+        self.__doc__ = description.handler.__doc__
+        self.__name__ = getattr(description.handler, "__name__", description.name)
+
+    @property
+    def name(self) -> str:
+        """The job type's name."""
+        return self.description.name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.description.handler(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<JobHandle {self.name!r}>"
+
+    def enqueue(self, payload: Any = None, **options: Any) -> EnqueueResult:
+        """Enqueue a job of this type; see :func:`django_jobqueue.enqueue.enqueue_job`.
+
+        ``queue`` defaults to the job type's queue. Returns an ``EnqueueResult``.
+        """
+        from .enqueue import enqueue_job
+
+        queue = options.pop("queue", None)
+        return enqueue_job(queue, self.name, payload, **options)
+
+    async def aenqueue(self, payload: Any = None, **options: Any) -> EnqueueResult:
+        """Async twin of :meth:`enqueue`."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue)(payload, **options)
+
+
+def job(
+    name: str,
+    *,
+    queue: str | None = None,
+    max_retry: int | None = None,
+    timeout: Duration | None = None,
+    concurrent: int | None = None,
+    priority: int | None = None,
+    secure: bool = False,
+    dedupe: Duration | None = _UNSET,
+    keep: Duration | None = None,
+) -> Callable[[Callable[..., Any]], JobHandle]:
+    """Register the decorated function as the handler of job type ``name``.
+
+    Parameters
+    ----------
+    name:
+        The job type, such as ``"emails.send"`` (1 to 200 characters).
+    queue:
+        Queue its jobs go to (default ``JOBQUEUE["DEFAULT_QUEUE"]``).
+    max_retry:
+        Retries after the first failed attempt (default ``DEFAULT_MAX_RETRY``).
+    timeout:
+        Run time limit of one attempt: a duration (``"30s"``, seconds, timedelta).
+    concurrent:
+        Most jobs of this type one foreman runs at once (None: no limit).
+    priority:
+        Default priority, an integer >= 1; 1 runs first.
+    secure:
+        Never show payload or result in the admin, the console or logs.
+    dedupe, keep:
+        Seed 002 queue options for this type: how long a done job keeps its id, how
+        long a dead letter stays (durations).
+
+    Returns
+    -------
+    Callable
+        A decorator returning a :class:`JobHandle`.
+
+    Raises
+    ------
+    ImproperlyConfiguredJobQueue
+        If an option is invalid, or ``name`` is already registered to another function.
+
+    Implements: seed 004 "type JobDescription", Foreman.AddWorker.
+    """
+    options = {
+        "queue": queue,
+        "max_retry": max_retry,
+        "timeout": timeout,
+        "concurrent": concurrent,
+        "priority": priority,
+        "secure": secure,
+        "dedupe": dedupe,
+        "keep": keep,
+    }
+
+    def decorator(func: Callable[..., Any]) -> JobHandle:
+        desc = _describe(name, func, options)
+        with _lock:
+            existing = _registry.get(name)
+            if existing is not None and _qualname(existing.handler) != _qualname(func):
+                raise ImproperlyConfiguredJobQueue(
+                    f"Job type {name!r} is already registered to {_qualname(existing.handler)}; "
+                    "give this one another name."
+                )
+            _registry[name] = desc
+        return JobHandle(desc)
+
+    return decorator
+
+
+def _qualname(func: Callable[..., Any]) -> str:
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+
+
+def _autodiscover() -> None:
+    global _discovered
+    if not _discovered:
+        _discovered = True
+        autodiscover_modules("jobs")
+
+
+def _from_settings(name: str) -> JobDescription | None:
+    from .conf import get_config
+
+    options = get_config().JOB_TYPES.get(name)
+    if options is None:
+        return None
+    if not isinstance(options, Mapping) or set(options) - _JOB_TYPE_KEYS or "handler" not in options:
+        raise ImproperlyConfiguredJobQueue(
+            f"JOBQUEUE['JOB_TYPES'][{name!r}] must be a dict with a 'handler' dotted path and "
+            f"keys among {sorted(_JOB_TYPE_KEYS)}."
+        )
+    handler = options["handler"]
+    if isinstance(handler, str):
+        handler = import_string(handler)
+    if isinstance(handler, JobHandle):
+        handler = handler.description.handler
+    return _describe(name, handler, {k: v for k, v in options.items() if k != "handler"})
+
+
+def get_job_description(name: str) -> JobDescription:
+    """Return the job type ``name``, from ``JOBQUEUE["JOB_TYPES"]`` or ``@job``.
+
+    Settings win over decorators, so a project can retune an app's job type.
+
+    Raises
+    ------
+    UnknownJobType
+        If no job type has this name.
+    """
+    _autodiscover()
+    desc = _from_settings(name)
+    if desc is None:
+        desc = _registry.get(name)
+    if desc is None:
+        raise UnknownJobType(
+            f"Unknown job type {name!r}: register it with @job({name!r}) or in "
+            "JOBQUEUE['JOB_TYPES']."
+        )
+    return desc
+
+
+def registered_job_types() -> dict[str, JobDescription]:
+    """Return every known job type by name (decorated, then overridden by settings)."""
+    from .conf import get_config
+
+    _autodiscover()
+    result = dict(_registry)
+    for name in get_config().JOB_TYPES:
+        result[name] = get_job_description(name)
+    return result
+

@@ -1,0 +1,1 @@
+"""The consumer side: foreman, governor, executor and middleware (seed 004)."""
