@@ -1,0 +1,17 @@
+# The two README commands are `make test` and `make demo`; see scripts/.
+
+.PHONY: bootstrap test demo lint
+
+bootstrap:
+	scripts/bootstrap
+
+# Extra pytest arguments: make test ARGS="-k claim -x"
+test:
+	scripts/test $(ARGS)
+
+demo:
+	BURST=$(BURST) scripts/demo
+
+lint: bootstrap
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .

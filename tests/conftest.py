@@ -1,0 +1,77 @@
+"""Shared fixtures of the test suite.
+
+Database basics first (which database is under test, how a subprocess reaches
+it); fixtures for the app's own objects follow below them.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import quote
+
+import django
+import pytest
+from django.conf import settings
+from django.db import connection, connections
+
+#: connection.vendor values, as Django names them.
+VENDORS = ("postgresql", "mysql", "sqlite")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "vendor(*names): run only on these database vendors "
+        "(connection.vendor: postgresql, mysql, sqlite); skipped elsewhere",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    db = connection.settings_dict
+    test_name = db["TEST"].get("NAME") or f"test_{db['NAME']}"
+    where = test_name
+    if connection.vendor != "sqlite":
+        where = f"{db['HOST']}:{db['PORT']}/{test_name}"
+    return f"database: {connection.vendor} ({where}), Django {django.get_version()}"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker in item.iter_markers(name="vendor"):
+        unknown = set(marker.args) - set(VENDORS)
+        if unknown:
+            raise pytest.UsageError(f"vendor marker: unknown vendor(s) {sorted(unknown)}")
+        if connection.vendor not in marker.args:
+            pytest.skip(f"runs only on {', '.join(marker.args)}, not {connection.vendor}")
+
+
+@pytest.fixture
+def db_vendor() -> str:
+    """Return the vendor of the database under test: postgresql, mysql or sqlite."""
+    return connection.vendor
+
+
+def database_url(alias: str = "default") -> str:
+    """Return a DATABASE_URL for the database ``alias`` uses now.
+
+    Inside a test that is the *test* database, so a subprocess started with it
+    in its environment (``tests.settings`` reads DATABASE_URL) sees the same rows.
+    """
+    db = connections[alias].settings_dict
+    vendor = connections[alias].vendor
+    if vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    scheme = {"postgresql": "postgres", "mysql": "mysql"}[vendor]
+    user = quote(db["USER"] or "", safe="")
+    password = quote(db["PASSWORD"] or "", safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    return f"{scheme}://{auth}{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+@pytest.fixture
+def subprocess_env(db: None) -> dict[str, str]:
+    """Return an environment for a subprocess that must use the test database."""
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
+    }

@@ -1,0 +1,134 @@
+"""Django settings for the test suite.
+
+The database comes from ``DATABASE_URL`` (django-environ syntax), e.g.
+``postgres://postgres@127.0.0.1:5432/test`` or ``mysql://root@127.0.0.1:3306/test``.
+Without it the suite runs on SQLite, on a *file* (never ``:memory:``) so that
+worker subprocesses started by the tests open the same test database.
+
+Environment knobs, all optional:
+
+- ``DATABASE_URL``: the database, as above.
+- ``JOBQUEUE_TEST_SQLITE``: the SQLite file when ``DATABASE_URL`` is unset
+  (default ``<tempdir>/jobqueue-test.sqlite3``; the test database sits beside it
+  as ``...-test.sqlite3``).
+- ``JOBQUEUE_TEST_DB_SUFFIX``: appended to the PostgreSQL/MariaDB test database
+  name (``test_<name>_<suffix>``) so that concurrent runs against one server do
+  not drop each other's test database; ``scripts/test`` sets it per run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = "django-jobqueue-tests-not-secret"  # noqa: S105
+DEBUG = False
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_jobqueue",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "tests.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database -------------------------------------------------------------------
+
+_sqlite_default = os.environ.get(
+    "JOBQUEUE_TEST_SQLITE", str(Path(tempfile.gettempdir()) / "jobqueue-test.sqlite3")
+)
+DATABASES = {
+    "default": environ.Env.db_url_config(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{Path(_sqlite_default).resolve()}"
+    ),
+}
+_default = DATABASES["default"]
+_engine = _default["ENGINE"]
+
+if _engine == "django.db.backends.sqlite3":
+    # One writer at a time: WAL so readers never block the writer, immediate
+    # write transactions so a transaction that will write takes the lock at
+    # BEGIN (no deadlock on lock upgrade), and a busy timeout in seconds.
+    # ``init_command`` is supported by the SQLite backend since Django 5.1.
+    _default["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL;",
+    }
+    _name = Path(_default["NAME"])
+    # A file, not Django's in-memory default, so subprocesses share it.
+    _default["TEST"] = {"NAME": str(_name.with_name(f"{_name.stem}-test{_name.suffix}"))}
+elif _engine == "django.db.backends.mysql":
+    # UTC session time zone: leases compare against the database clock (Now()).
+    _default["OPTIONS"] = {
+        "charset": "utf8mb4",
+        "init_command": "SET time_zone='+00:00'",
+        "isolation_level": "read committed",
+    }
+    _default["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+
+if _engine != "django.db.backends.sqlite3" and os.environ.get("JOBQUEUE_TEST_DB_SUFFIX"):
+    _default.setdefault("TEST", {})["NAME"] = (
+        f"test_{_default['NAME']}_{os.environ['JOBQUEUE_TEST_DB_SUFFIX']}"
+    )
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Internationalisation and time ----------------------------------------------
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+LANGUAGE_CODE = "en-us"
+USE_I18N = True
+
+STATIC_URL = "/static/"
+
+# django-jobqueue --------------------------------------------------------------
+
+# The app's defaults (django_jobqueue.conf); tests change keys with
+# override_settings(JOBQUEUE={...}).
+JOBQUEUE: dict[str, object] = {}
+
+# Logging ----------------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}

@@ -1,0 +1,1 @@
+"""A small app of models and job types the test suite uses."""

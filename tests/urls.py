@@ -1,0 +1,10 @@
+"""URLs for the test suite: the admin, where the app's admin and console live."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+]
