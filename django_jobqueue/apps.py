@@ -15,5 +15,7 @@ class JobQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
-        from . import signals  # noqa: F401  (connects the receivers)
+        from . import (
+            checks,  # noqa: F401  (registers the system checks)
+            signals,  # noqa: F401  (connects the receivers)
+        )

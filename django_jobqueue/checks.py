@@ -9,6 +9,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
 from .conf import validate_settings
+from .licence import check_licence
 
 __all__ = ["check_database", "check_deployment", "check_settings"]
 
@@ -17,13 +18,19 @@ __all__ = ["check_database", "check_deployment", "check_settings"]
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E001: the ``JOBQUEUE`` setting has an unknown key, a bad value or duration."""
     return [
-        Error(problem, hint="See the configuration reference in the README.", id="django_jobqueue.E001")
+        Error(
+            problem,
+            hint="See the configuration reference in the README.",
+            id="django_jobqueue.E001",
+        )
         for problem in validate_settings()
     ]
 
 
 @register(Tags.database)
-def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+def check_database(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
     """E101: MySQL < 8.0 / MariaDB < 10.6 (no SKIP LOCKED); W102: MySQL session not UTC."""
     messages: list[CheckMessage] = []
     for alias in databases or ():
@@ -46,7 +53,7 @@ def check_database(app_configs: Any = None, databases: Any = None, **kwargs: Any
                 Warning(
                     f"Database {alias!r} session time zone is {offset} s off UTC, so leases "
                     "and run times computed by the database would be off by as much.",
-                    hint="Add \"init_command\": \"SET time_zone='+00:00'\" to its OPTIONS.",
+                    hint='Add "init_command": "SET time_zone=\'+00:00\'" to its OPTIONS.',
                     id="django_jobqueue.W102",
                 )
             )
@@ -79,3 +86,8 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
                     )
                 )
     return messages
+
+
+# The licence check lives beside the licence; registering it here keeps every
+# check of the app registered from one module.
+register(check_licence, Tags.compatibility)

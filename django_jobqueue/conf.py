@@ -194,7 +194,9 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
     if not errors and values["MIN_SLEEP_MS"] > values["MAX_SLEEP_MS"]:
         errors.append("JOBQUEUE['MIN_SLEEP_MS'] must not exceed MAX_SLEEP_MS.")
     queues: dict[str, QueueOptions] = {}
-    defaults = QueueOptions(dedupe=durations.get("DEDUPE"), keep=durations.get("KEEP") or timedelta(0))
+    defaults = QueueOptions(
+        dedupe=durations.get("DEDUPE"), keep=durations.get("KEEP") or timedelta(0)
+    )
     for name, options in values["QUEUES"].items():
         if not isinstance(options, Mapping) or set(options) - _QUEUE_OPTION_KEYS:
             errors.append(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connections, router, transaction
+from django.db import IntegrityError, connections, router
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -185,7 +185,9 @@ def check_text(value: Any, what: str) -> str:
 
 def _positive_int(value: Any, name: str, minimum: int = 1, maximum: int = _MAX_PRIORITY) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise InvalidOption(f"{name} must be an integer from {minimum} to {maximum}: got {value!r}.")
+        raise InvalidOption(
+            f"{name} must be an integer from {minimum} to {maximum}: got {value!r}."
+        )
     return value
 
 
@@ -263,9 +265,9 @@ def build_job(
             priority if priority is not None else (desc.priority or config.DEFAULT_PRIORITY),
             "priority",
         ),
-        max_retry=max_retry if max_retry is not None else (
-            desc.max_retry if desc.max_retry is not None else config.DEFAULT_MAX_RETRY
-        ),
+        max_retry=max_retry
+        if max_retry is not None
+        else (desc.max_retry if desc.max_retry is not None else config.DEFAULT_MAX_RETRY),
         timeout_ms=timeout_ms or desc.timeout_ms or config.DEFAULT_TIMEOUT_MS,
         secure=desc.secure,
         at=at,
@@ -278,7 +280,9 @@ def build_job(
     )
 
 
-def hold_lock_names(queue: str, *, job_id: str | None = None, unique_key: str | None = None) -> list[str]:
+def hold_lock_names(
+    queue: str, *, job_id: str | None = None, unique_key: str | None = None
+) -> list[str]:
     """Return the creation lock names of an id and a unique key on ``queue``."""
     from .models import hold_hash
 
@@ -301,8 +305,10 @@ def _live_holder(spec: JobSpec) -> tuple[str, str] | None:
         )
     if spec.unique_key is not None:
         held |= Q(unique_key_hash=hold_hash(spec.unique_key), unique_expires_at__gt=Now())
-    rows = Job.objects.using(spec.using).filter(held, queue=spec.queue).values_list(
-        "jid", "job_id_hash"
+    rows = (
+        Job.objects.using(spec.using)
+        .filter(held, queue=spec.queue)
+        .values_list("jid", "job_id_hash")
     )
     for jid, id_hash in rows:
         if spec.job_id is not None and id_hash == hold_hash(spec.job_id):
@@ -478,7 +484,9 @@ def enqueue_job(
     }  # fmt: skip
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise InvalidOption(f"Unknown enqueue options {unknown}; the options are {sorted(allowed)}.")
+        raise InvalidOption(
+            f"Unknown enqueue options {unknown}; the options are {sorted(allowed)}."
+        )
     return create_job(build_job(queue, job_type, payload, **options))
 
 

@@ -185,4 +185,3 @@ def is_lock_held(using: str, name: str) -> bool:
             cursor.execute("SELECT IS_USED_LOCK(%s)", [mysql_lock_name(name)])
             return cursor.fetchone()[0] is not None
     return False
-

@@ -127,8 +127,8 @@ class Job(models.Model):
     jid = models.CharField(_("jid"), max_length=32, unique=True, editable=False)
     queue = models.CharField(_("queue"), max_length=100)
     job_type = models.CharField(_("job type"), max_length=200)
-    job_id = models.CharField(_("id"), max_length=1024, null=True, blank=True)
-    job_id_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    job_id = models.CharField(_("id"), max_length=1024, null=True, blank=True)  # noqa: DJ001 (NULL: no hold)
+    job_id_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 (NULL: no hold)
     id_held_until = models.DateTimeField(null=True, blank=True)
     payload = models.JSONField(_("payload"), null=True)
     result = models.JSONField(_("result"), null=True, blank=True)
@@ -148,8 +148,8 @@ class Job(models.Model):
     secure = models.BooleanField(_("secure"), default=False)
     run_at = models.DateTimeField(_("run at"))
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
-    unique_key = models.CharField(_("unique key"), max_length=1024, null=True, blank=True)
-    unique_key_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    unique_key = models.CharField(_("unique key"), max_length=1024, null=True, blank=True)  # noqa: DJ001 (NULL: no hold)
+    unique_key_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 (NULL: no hold)
     unique_mode = models.CharField(
         _("unique mode"), max_length=16, choices=UniqueMode.choices, blank=True, default=""
     )

@@ -31,7 +31,17 @@ _lock = threading.Lock()
 _discovered = False
 
 _JOB_TYPE_KEYS = frozenset(
-    {"handler", "queue", "max_retry", "timeout", "concurrent", "priority", "secure", "dedupe", "keep"}
+    {
+        "handler",
+        "queue",
+        "max_retry",
+        "timeout",
+        "concurrent",
+        "priority",
+        "secure",
+        "dedupe",
+        "keep",
+    }
 )
 
 
@@ -74,11 +84,15 @@ def _validate(desc: JobDescription) -> JobDescription:
         raise ImproperlyConfiguredJobQueue(f"Job type {name!r}: handler must be callable.")
     for option, minimum in (("max_retry", 0), ("concurrent", 1), ("priority", 1)):
         value = getattr(desc, option)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < minimum
+        ):
             raise ImproperlyConfiguredJobQueue(
                 f"Job type {name!r}: {option} must be an integer >= {minimum}: got {value!r}."
             )
-    if desc.queue is not None and (not isinstance(desc.queue, str) or not 0 < len(desc.queue) <= 100):
+    if desc.queue is not None and (
+        not isinstance(desc.queue, str) or not 0 < len(desc.queue) <= 100
+    ):
         raise ImproperlyConfiguredJobQueue(
             f"Job type {name!r}: queue must be a name of 1 to 100 characters: got {desc.queue!r}."
         )
@@ -96,11 +110,15 @@ def _describe(name: str, handler: Callable[..., Any], options: Mapping[str, Any]
                 handler=handler,
                 queue=options.get("queue"),
                 max_retry=options.get("max_retry"),
-                timeout_ms=None if timeout is None else max(1, to_ms(parse_duration(timeout, name="timeout"))),
+                timeout_ms=None
+                if timeout is None
+                else max(1, to_ms(parse_duration(timeout, name="timeout"))),
                 concurrent=options.get("concurrent"),
                 priority=options.get("priority"),
                 secure=bool(options.get("secure", False)),
-                dedupe=dedupe if dedupe in (_UNSET, None) else parse_duration(dedupe, name="dedupe"),
+                dedupe=dedupe
+                if dedupe in (_UNSET, None)
+                else parse_duration(dedupe, name="dedupe"),
                 keep=None if keep is None else parse_duration(keep, name="keep"),
             )
         )
@@ -234,7 +252,11 @@ def _from_settings(name: str) -> JobDescription | None:
     options = get_config().JOB_TYPES.get(name)
     if options is None:
         return None
-    if not isinstance(options, Mapping) or set(options) - _JOB_TYPE_KEYS or "handler" not in options:
+    if (
+        not isinstance(options, Mapping)
+        or set(options) - _JOB_TYPE_KEYS
+        or "handler" not in options
+    ):
         raise ImproperlyConfiguredJobQueue(
             f"JOBQUEUE['JOB_TYPES'][{name!r}] must be a dict with a 'handler' dotted path and "
             f"keys among {sorted(_JOB_TYPE_KEYS)}."
@@ -278,4 +300,3 @@ def registered_job_types() -> dict[str, JobDescription]:
     for name in get_config().JOB_TYPES:
         result[name] = get_job_description(name)
     return result
-

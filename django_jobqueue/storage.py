@@ -1,0 +1,342 @@
+"""The worker's side of the job table (seed 004 JobStorage): claim, heartbeat,
+complete, fail, hand back and reap.
+
+Every state change is one guarded ``UPDATE`` that filters on the job's pk, the
+``processing`` status and the claim's ``lease_token``, and checks the row count: a
+worker that lost its lease (paused, partitioned, too slow, reaped) writes nothing
+over the new owner's run, and learns so from the ``False`` it gets back.
+
+Claim (seed 004 GetAndLockAvailableJob): one short transaction that selects due
+jobs in (priority, run_at, pk) order over the claim index with ``FOR UPDATE SKIP
+LOCKED`` (PostgreSQL, MySQL 8, MariaDB 10.6+), then moves them to ``processing``
+with a fresh lease token. SQLite has no row locks: its write transaction serialises
+claims (``transaction_mode`` IMMEDIATE, else the guarded update makes a second
+claimer of the same row update nothing), and "database is locked" is retried.
+
+Leases are deadlines by the database clock (``Now() + LEASE_MS``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback as tb
+import uuid
+from collections.abc import Collection, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from . import locks
+from .backoff import backoff_ms
+from .conf import get_config
+from .models import Job, JobStatus, UniqueMode
+
+__all__ = [
+    "claim",
+    "complete",
+    "dead_hold_until",
+    "fail",
+    "hand_back",
+    "heartbeat",
+    "reap_expired",
+]
+
+logger = logging.getLogger(__name__)
+
+_LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_token": "", "lease_expires_at": None}
+
+
+def _id_hold_options(job: Job) -> tuple[timedelta | None, timedelta]:
+    """Return (dedupe, keep) of ``job``: its job type's, else its queue's."""
+    from .registry import _UNSET, get_job_description
+
+    options = get_config().queue_options(job.queue)
+    dedupe, keep = options.dedupe, options.keep
+    try:
+        desc = get_job_description(job.job_type)
+    except Exception:  # unknown job type: the queue's options
+        return dedupe, keep
+    if desc.dedupe is not _UNSET:
+        dedupe = desc.dedupe
+    if desc.keep is not None:
+        keep = desc.keep
+    return dedupe, keep
+
+
+def dead_hold_until(job: Job) -> dict[str, Any]:
+    """Return the field updates that keep a dead letter's id held for ``keep``."""
+    _dedupe, keep = _id_hold_options(job)
+    return {"id_held_until": Now() + keep}
+
+
+def _retry_sqlite(func: Any, *args: Any, **kwargs: Any) -> Any:
+    deadline = time.monotonic() + get_config().LOCK_TIMEOUT_MS / 1000
+    delay = 0.01
+    while True:
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            if not locks.sqlite_locked(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+
+def claim(
+    using: str,
+    *,
+    owner: str,
+    limit: int = 1,
+    queues: Sequence[str] | None = None,
+    exclude_types: Collection[str] = (),
+) -> list[Job]:
+    """Claim up to ``limit`` due jobs for ``owner`` and return them, lease set.
+
+    Parameters
+    ----------
+    using:
+        Database alias of the jobs.
+    owner:
+        The claiming worker's name (``host:pid:thread``), stored as ``lease_owner``.
+    limit:
+        Most jobs to claim, >= 1.
+    queues:
+        Queues to claim from; None: every queue.
+    exclude_types:
+        Job types not to claim (those at their ``concurrent`` limit, seed 004
+        Governor.Spawn's ignore list).
+
+    Returns
+    -------
+    list[Job]
+        The claimed jobs in claim order, each ``processing`` with ``attempt``
+        incremented and a ``lease_token`` that guards its later updates.
+
+    Implements: seed 004 JobStorage.GetAndLockAvailableJob.
+    """
+    return _retry_sqlite(_claim, using, owner, limit, queues, exclude_types)
+
+
+def _claim(
+    using: str,
+    owner: str,
+    limit: int,
+    queues: Sequence[str] | None,
+    exclude_types: Collection[str],
+) -> list[Job]:
+    lease = timedelta(milliseconds=get_config().LEASE_MS)
+    token = uuid.uuid4().hex
+    with transaction.atomic(using=using):
+        due = Job.objects.using(using).filter(waiting=True, run_at__lte=Now())
+        if queues:
+            due = due.filter(queue__in=list(queues))
+        if exclude_types:
+            due = due.exclude(job_type__in=list(exclude_types))
+        due = due.order_by("priority", "run_at", "id")
+        if connections[using].features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True)
+        pks = list(due.values_list("pk", flat=True)[:limit])
+        if not pks:
+            return []
+        Job.objects.using(using).filter(pk__in=pks, waiting=True).update(
+            status=JobStatus.PROCESSING,
+            waiting=False,
+            attempt=F("attempt") + 1,
+            lease_owner=owner[:200],
+            lease_token=token,
+            lease_expires_at=Now() + lease,
+            heartbeat_at=Now(),
+            started_at=Now(),
+            updated_at=Now(),
+            # seed 000: an until_executing lock frees the moment a worker claims the job.
+            unique_key_hash=Case(
+                When(unique_mode=UniqueMode.UNTIL_EXECUTING, then=Value(None)),
+                default=F("unique_key_hash"),
+            ),
+        )
+        claimed = {
+            job.pk: job for job in Job.objects.using(using).filter(pk__in=pks, lease_token=token)
+        }
+    return [claimed[pk] for pk in pks if pk in claimed]
+
+
+def _guarded(job: Job) -> Any:
+    return Job.objects.using(job._state.db).filter(
+        pk=job.pk, status=JobStatus.PROCESSING, lease_token=job.lease_token
+    )
+
+
+def heartbeat(jobs: Sequence[Job]) -> tuple[set[int], set[int]]:
+    """Extend the leases of ``jobs``; return (pks still owned, pks asked to cancel).
+
+    A job missing from the first set lost its lease: its worker must not write its
+    outcome (the guarded updates would refuse anyway).
+    """
+    if not jobs:
+        return set(), set()
+    using = jobs[0]._state.db
+    lease = timedelta(milliseconds=get_config().LEASE_MS)
+    owned = Q()
+    for job in jobs:
+        owned |= Q(pk=job.pk, lease_token=job.lease_token)
+    rows = Job.objects.using(using).filter(owned, status=JobStatus.PROCESSING)
+
+    def beat() -> tuple[set[int], set[int]]:
+        rows.update(lease_expires_at=Now() + lease, heartbeat_at=Now())
+        alive: set[int] = set()
+        cancel: set[int] = set()
+        for pk, cancel_requested in rows.values_list("pk", "cancel_requested"):
+            alive.add(pk)
+            if cancel_requested:
+                cancel.add(pk)
+        return alive, cancel
+
+    return _retry_sqlite(beat)
+
+
+def complete(job: Job, result: Any = None) -> bool:
+    """Store ``job``'s success (status ``done``); return False if its lease was lost.
+
+    The id's hold lasts ``dedupe`` more (seed 002), else ends now; an
+    ``until_executed`` unique key frees now (seed 000).
+    """
+    dedupe, _keep = _id_hold_options(job)
+    fields: dict[str, Any] = {
+        "status": JobStatus.DONE,
+        "result": result,
+        "finished_at": Now(),
+        "updated_at": Now(),
+        "message": "",
+        **_LEASE_CLEARED,
+    }
+    if dedupe:
+        fields["id_held_until"] = Now() + dedupe
+    else:
+        fields["job_id_hash"] = None
+    if job.unique_mode == UniqueMode.UNTIL_EXECUTED:
+        fields["unique_key_hash"] = None
+    return _write(job, fields, "complete")
+
+
+def _error_entry(job: Job, exc: BaseException | None, message: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "attempt": job.attempt,
+        "at": timezone.now().isoformat(),
+        "message": "<secure>" if job.secure else message,
+        "exception_class": "",
+        "traceback": "",
+    }
+    if exc is not None:
+        cls = type(exc)
+        entry["exception_class"] = f"{cls.__module__}.{cls.__qualname__}"
+        if not job.secure:
+            entry["traceback"] = "".join(tb.format_exception(exc))
+    return entry
+
+
+def fail(
+    job: Job,
+    exc: BaseException | None,
+    *,
+    message: str = "",
+    retryable: bool = True,
+) -> str | None:
+    """Store a failed attempt of ``job``; return its new status, or None if the lease was lost.
+
+    A retryable failure with retries left goes to ``retry`` at ``now + backoff``;
+    otherwise the job is a dead letter: ``error`` when not retryable, ``max_retry``
+    when its retries are spent. A dead letter keeps its id for ``keep`` and its
+    unique key until the key's TTL (seed 000: an ``until_executed`` lock is not freed
+    by a failure).
+    """
+    message = message or (f"{type(exc).__name__}: {exc}" if exc is not None else "failed")
+    errors = [*job.errors, _error_entry(job, exc, message)]
+    fields: dict[str, Any] = {
+        "errors": errors,
+        "message": "<secure>" if job.secure else message[:10_000],
+        "updated_at": Now(),
+        **_LEASE_CLEARED,
+    }
+    if retryable and job.attempt <= job.max_retry:
+        status = JobStatus.RETRY
+        delay = timedelta(milliseconds=backoff_ms(job.attempt))
+        fields.update(status=status, waiting=True, run_at=Now() + delay)
+    else:
+        status = JobStatus.MAX_RETRY if retryable else JobStatus.ERROR
+        fields.update(status=status, finished_at=Now(), **dead_hold_until(job))
+    return status if _write(job, fields, "fail") else None
+
+
+def hand_back(job: Job, *, message: str = "") -> bool:
+    """Return a claimed job to the queue unrun (graceful shutdown); False if lease lost.
+
+    The attempt is not counted: ``attempt`` goes back by one and the job is due now.
+    """
+    status = JobStatus.RETRY if job.attempt > 1 else JobStatus.INIT
+    fields = {
+        "status": status,
+        "waiting": True,
+        "attempt": F("attempt") - 1,
+        "run_at": Now(),
+        "updated_at": Now(),
+        "message": message,
+        **_LEASE_CLEARED,
+    }
+    return _write(job, fields, "hand_back")
+
+
+def _write(job: Job, fields: dict[str, Any], what: str) -> bool:
+    updated = _retry_sqlite(_guarded(job).update, **fields)
+    if not updated:
+        logger.warning(
+            "lease lost, %s not stored jid=%s type=%s attempt=%s",
+            what,
+            job.jid,
+            job.job_type,
+            job.attempt,
+        )
+    return bool(updated)
+
+
+def reap_expired(using: str, *, limit: int = 100) -> int:
+    """Return jobs whose lease expired to the queue (or dead letter); return how many.
+
+    A job whose worker died (SIGKILL, OOM, power loss) is taken back once its lease
+    expires: ``retry``, due now, if it has retries left, else ``max_retry`` with the
+    message "lease expired". Delivery is at least once.
+    """
+    expired = list(Job.objects.using(using).lease_expired().order_by("lease_expires_at")[:limit])
+    reaped = 0
+    for job in expired:
+        stale = Job.objects.using(using).filter(
+            pk=job.pk,
+            status=JobStatus.PROCESSING,
+            lease_token=job.lease_token,
+            lease_expires_at__lt=Now(),
+        )
+        message = f"lease expired (worker {job.lease_owner} stopped heartbeating)"
+        entry = _error_entry(job, None, message)
+        fields: dict[str, Any] = {
+            "errors": [*job.errors, entry],
+            "message": message,
+            "updated_at": Now(),
+            **_LEASE_CLEARED,
+        }
+        if job.attempt <= job.max_retry:
+            fields.update(status=JobStatus.RETRY, waiting=True, run_at=Now())
+        else:
+            fields.update(status=JobStatus.MAX_RETRY, finished_at=Now(), **dead_hold_until(job))
+        if _retry_sqlite(stale.update, **fields):
+            reaped += 1
+            logger.warning(
+                "lease expired, job taken back jid=%s type=%s owner=%s",
+                job.jid,
+                job.job_type,
+                job.lease_owner,
+            )
+    return reaped
