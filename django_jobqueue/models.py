@@ -163,6 +163,11 @@ class Job(models.Model):
     rerun = models.BooleanField(default=False)
     rerun_payload = models.JSONField(null=True, blank=True)
     rerun_at = models.DateTimeField(null=True, blank=True)
+    #: Seed 002 ``dedupe`` and ``keep`` given on a ``Queue(name, dedupe=, keep=)`` handle,
+    #: stored at creation, in ms (``dedupe_ms`` 0: none); NULL: the job type's, else the
+    #: queue's (``storage._id_hold_options``).
+    dedupe_ms = models.PositiveBigIntegerField(null=True, blank=True, editable=False)
+    keep_ms = models.PositiveBigIntegerField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
