@@ -28,7 +28,12 @@ __all__ = ["JobDescription", "JobHandle", "get_job_description", "job", "registe
 _UNSET: Any = object()
 _registry: dict[str, JobDescription] = {}
 _lock = threading.Lock()
+#: Held while the ``jobs`` modules import: a thread that looks a job type up meanwhile
+#: waits for them instead of finding the registry half filled. Reentrant: an import
+#: may itself look a job type up.
+_discover_lock = threading.RLock()
 _discovered = False
+_discovering = False
 
 _JOB_TYPE_KEYS = frozenset(
     {
@@ -241,9 +246,18 @@ def _qualname(func: Callable[..., Any]) -> str:
 
 def _autodiscover() -> None:
     global _discovered
-    if not _discovered:
-        _discovered = True
-        autodiscover_modules("jobs")
+    global _discovering
+    if _discovered:
+        return
+    with _discover_lock:
+        if _discovered or _discovering:  # done, or this thread's own import asking
+            return
+        _discovering = True
+        try:
+            autodiscover_modules("jobs")
+        finally:
+            _discovering = False
+            _discovered = True
 
 
 def _from_settings(name: str) -> JobDescription | None:
