@@ -39,6 +39,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_jobqueue",
     "tests.testapp",
+    # The example project's app, so tests/test_example_project.py can use its models.
+    "example_project.newsletter",
 ]
 
 MIDDLEWARE = [

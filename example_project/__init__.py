@@ -1,0 +1,1 @@
+"""The example project: a small newsletter sign-up site that uses django-jobqueue."""

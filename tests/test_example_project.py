@@ -1,0 +1,223 @@
+"""The example project's newsletter app: sign-up view, signal and job handlers.
+
+The app (``example_project.newsletter``) is in ``tests.settings.INSTALLED_APPS`` so its
+tables exist in the test database; its URLs and the top-level ``templates/`` folder
+are switched on per test with ``override_settings``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from unittest import mock
+
+import django
+import pytest
+from django.conf import settings
+from django.core import mail
+from django.db import transaction
+from django.test import Client, override_settings
+
+from django_jobqueue.models import Job, JobStatus
+from example_project.newsletter import jobs
+from example_project.newsletter.models import Delivery, Issue, Subscriber
+from example_project.newsletter.services import AlreadySubscribed, subscribe
+
+#: Mail into django.core.mail.outbox. Django 6.1 wants MAILERS (and warns, an error
+#: here, when a project sends mail without it); older versions know EMAIL_BACKEND.
+LOCMEM_MAIL = (
+    {"MAILERS": {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}}
+    if django.VERSION >= (6, 1)
+    else {"EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend"}
+)
+
+SITE = override_settings(
+    ROOT_URLCONF="example_project.urls",
+    TEMPLATES=[
+        {
+            **settings.TEMPLATES[0],
+            "DIRS": [settings.BASE_DIR / "templates"],
+        }
+    ],
+    **LOCMEM_MAIL,
+)
+
+
+def ctx(attempt: int = 1) -> SimpleNamespace:
+    """A stand-in for the worker's JobContext: handlers here read only ``attempt``."""
+    return SimpleNamespace(attempt=attempt, jid="test", queue="test")
+
+
+@pytest.fixture
+def client_site():
+    with SITE:
+        yield Client()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_signup__saves_subscriber_and_welcome_job_together(client_site):
+    response = client_site.post("/", {"email": " Ada@Example.com ", "name": "Ada"})
+
+    assert response.status_code == 302
+    assert response["Location"] == "/thanks/"
+    subscriber = Subscriber.objects.get()
+    assert subscriber.email == "ada@example.com"
+    job = Job.objects.get()
+    assert job.job_type == "newsletter.welcome"
+    assert job.queue == "emails"
+    assert job.status == JobStatus.INIT
+    assert job.payload == {"subscriber_id": subscriber.pk}
+    assert subscriber.welcome_jid == job.jid
+
+
+@pytest.mark.django_db(transaction=True)
+def test_signup__get_shows_the_form(client_site):
+    response = client_site.get("/")
+
+    assert response.status_code == 200
+    assert b'name="email"' in response.content
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("email", ["not-an-address", ""])
+def test_signup__invalid_form_writes_neither(client_site, email):
+    response = client_site.post("/", {"email": email})
+
+    assert response.status_code == 200
+    assert response.context["form"].errors["email"]
+    assert Subscriber.objects.count() == 0
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_signup__already_subscribed_writes_nothing_more(client_site):
+    client_site.post("/", {"email": "ada@example.com"})
+
+    response = client_site.post("/", {"email": "ADA@example.com"})
+
+    assert response.status_code == 200
+    assert "already subscribed" in str(response.context["form"].errors["email"])
+    assert Subscriber.objects.count() == 1
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_signup__error_after_the_enqueue_rolls_back_subscriber_and_job(client_site):
+    # The last statement of the sign-up transaction (storing the welcome jid on the
+    # subscriber) fails after the job was enqueued: both must roll back.
+    real_save = Subscriber.save
+
+    def failing_save(self, *args, **kwargs):
+        if kwargs.get("update_fields"):
+            raise RuntimeError("disk full")
+        return real_save(self, *args, **kwargs)
+
+    with mock.patch.object(Subscriber, "save", failing_save):
+        with pytest.raises(RuntimeError, match="disk full"):
+            client_site.post("/", {"email": "ada@example.com"})
+
+    assert Subscriber.objects.count() == 0
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_subscribe__duplicate_that_passed_the_form_leaves_one_subscriber_and_one_job():
+    subscribe("ada@example.com")
+
+    with pytest.raises(AlreadySubscribed):
+        subscribe("ada@example.com")
+
+    assert Subscriber.objects.count() == 1
+    assert Job.objects.filter(job_type="newsletter.welcome").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_publishing_an_issue__signal_enqueues_its_announcement_once():
+    issue = Issue.objects.create(title="Draft")
+    assert Job.objects.count() == 0
+
+    issue.publish()
+    issue.title = "Issue 1"
+    issue.save()  # saved again while published: no second announcement
+
+    job = Job.objects.get()
+    assert job.job_type == "newsletter.announce_issue"
+    assert job.queue == "newsletter"
+    assert job.payload == {"issue_id": issue.pk}
+    issue.refresh_from_db()
+    assert issue.announce_jid == job.jid
+    assert issue.published_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_publishing_an_issue__rolled_back_leaves_no_job():
+    issue = Issue.objects.create(title="Draft")
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        issue.published = True
+        issue.save()
+        raise RuntimeError("editor changed their mind")
+
+    assert Job.objects.count() == 0
+    assert not Issue.objects.get().published
+
+
+@pytest.mark.django_db(transaction=True)
+def test_announce_issue__fans_out_one_delivery_per_subscriber_once():
+    for n in range(3):
+        subscribe(f"reader-{n}@example.com")
+    issue = Issue.objects.create(title="Issue 1", published=True)
+
+    first = jobs.announce_issue({"issue_id": issue.pk}, ctx())
+    again = jobs.announce_issue({"issue_id": issue.pk}, ctx())  # at-least-once: a rerun
+
+    assert first == {"deliveries_enqueued": 3}
+    assert again == {"deliveries_enqueued": 0}
+    assert Job.objects.filter(job_type="newsletter.deliver_issue").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deliver_issue__relay_failure_raises_and_success_mails_once():
+    with SITE:
+        subscriber = subscribe("ada@example.com")
+        issue = Issue.objects.create(title="Issue 1", published=True)
+        payload = {"issue_id": issue.pk, "subscriber_id": subscriber.pk}
+        key = f"{issue.pk}:{subscriber.pk}"
+        refused = [a for a in range(1, 50) if jobs.relay_refuses(key, a)]
+        accepted = [a for a in range(1, 50) if not jobs.relay_refuses(key, a)]
+
+        with pytest.raises(jobs.RelayUnavailable):
+            jobs.deliver_issue(payload, ctx(attempt=refused[0]))
+        assert Delivery.objects.count() == 0
+        assert jobs.deliver_issue(payload, ctx(attempt=accepted[0])) == {
+            "sent_to": "ada@example.com"
+        }
+        assert jobs.deliver_issue(payload, ctx(attempt=accepted[0])) == {
+            "skipped": "already delivered"
+        }
+
+        assert Delivery.objects.count() == 1
+        assert [m.subject for m in mail.outbox] == ["Issue 1"]
+
+
+def test_relay_refuses__about_thirty_percent_deterministically():
+    verdicts = [jobs.relay_refuses(f"1:{n}", 1) for n in range(2_000)]
+
+    assert 0.25 < sum(verdicts) / len(verdicts) < 0.35
+    assert verdicts == [jobs.relay_refuses(f"1:{n}", 1) for n in range(2_000)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_welcome__mails_once_and_skips_unknown_subscribers():
+    with SITE:
+        subscriber = subscribe("ada@example.com", "Ada")
+
+        assert jobs.send_welcome({"subscriber_id": subscriber.pk}, ctx()) == {
+            "sent_to": "ada@example.com"
+        }
+        assert jobs.send_welcome({"subscriber_id": subscriber.pk}, ctx()) == {
+            "skipped": "already welcomed"
+        }
+        assert jobs.send_welcome({"subscriber_id": 999_999}, ctx()) == {"skipped": "unsubscribed"}
+
+        assert len(mail.outbox) == 1
+        assert Subscriber.objects.get().welcomed_at is not None
