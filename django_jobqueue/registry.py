@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from .durations import Duration, parse_duration, to_ms
@@ -286,7 +287,9 @@ def _from_settings(name: str) -> JobDescription | None:
 def get_job_description(name: str) -> JobDescription:
     """Return the job type ``name``, from ``JOBQUEUE["JOB_TYPES"]`` or ``@job``.
 
-    Settings win over decorators, so a project can retune an app's job type.
+    Settings win over decorators, so a project can retune an app's job type. A name
+    that is neither but is the module path of a Django ``@task`` resolves to the job
+    type that runs that task (:func:`django_jobqueue.tasks.task_job_description`).
 
     Raises
     ------
@@ -298,11 +301,24 @@ def get_job_description(name: str) -> JobDescription:
     if desc is None:
         desc = _registry.get(name)
     if desc is None:
+        desc = _task_job_description(name)
+    if desc is None:
         raise UnknownJobType(
             f"Unknown job type {name!r}: register it with @job({name!r}) or in "
             "JOBQUEUE['JOB_TYPES']."
         )
     return desc
+
+
+def _task_job_description(name: str) -> JobDescription | None:
+    """Return the job type running the Django task at path ``name``, if it is one."""
+    if "." not in name:
+        return None
+    try:
+        from .tasks import task_job_description
+    except ImproperlyConfigured:  # no tasks framework: Django 5.2 without the backport
+        return None
+    return task_job_description(name)
 
 
 def registered_job_types() -> dict[str, JobDescription]:

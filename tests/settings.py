@@ -126,6 +126,15 @@ STATIC_URL = "/static/"
 # override_settings(JOBQUEUE={...}).
 JOBQUEUE: dict[str, object] = {}
 
+# Django's tasks framework (Django 6, or the django_tasks backport on 5.2): @task
+# functions run on our workers (tests/test_tasks.py, tests/testapp/jobtypes/tasks.py).
+TASKS = {
+    "default": {
+        "BACKEND": "django_jobqueue.tasks.JobQueueBackend",
+        "QUEUES": ["default", "tasks-other"],
+    }
+}
+
 # Logging ----------------------------------------------------------------------
 
 LOGGING = {
