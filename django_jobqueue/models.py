@@ -231,7 +231,9 @@ class ScheduleJob(models.Model):
     schedule_at = models.DateTimeField(_("next run at"), null=True, blank=True)
     execute_id = models.CharField(_("last job"), max_length=32, blank=True, default="")
     log = models.JSONField(_("log"), default=list, blank=True)
-    source = models.CharField(_("source"), max_length=16, default="code")
+    #: Who owns the plan (schedules.ScheduleSource): "code" and "settings" plans are
+    #: synced (and retired) on foreman start; "api" and "manual" ones never are.
+    source = models.CharField(_("source"), max_length=16, default="manual")
     last_run_at = models.DateTimeField(_("last run at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
