@@ -1,0 +1,532 @@
+"""Operators' actions on the job table: status, prune, retry, cancel, delete.
+
+The admin's actions and ``manage.py jobqueue`` call these functions, so both
+surfaces change rows the same way. Every state change is one guarded ``update()``
+that filters on the expected state, so a job that a worker claimed (or another
+operator changed) in the meantime is left alone and not counted.
+
+Policy
+------
+- **Retry** (seed 002 "failed ... starts it again, its attempts from one"): a dead
+  letter (``error``, ``max_retry``) goes back to ``init``, due now, ``attempt`` 0 (its
+  next run is attempt 1), ``finished_at`` cleared; its ``errors`` list stays as
+  history. An id it still holds is held again until it finishes. A waiting job
+  (``init``, ``retry``) becomes due now.
+- **Cancel**: a waiting job becomes ``cancelled`` at once and frees its id (seed 002
+  "removes it"); a running job gets ``cancel_requested`` and its worker stops it. A
+  unique key stays held until its TTL, as for any job that did not complete.
+- **Delete**: any job but a running one (cancel it first), in batches.
+- **Prune**: ``done`` and ``cancelled`` jobs finished more than ``RETENTION`` ago; dead
+  letters past their ``keep`` only when ``CLEAN_ERROR`` (or asked). A job that still
+  holds its id (``dedupe``) or its unique key is kept until the hold ends. Deletes
+  run ``batch_size`` primary keys per statement, each its own short transaction, so
+  a big prune never holds a long lock.
+- **Status**: per queue, counts by status, the age of the oldest due waiting job
+  and the live workers (distinct ``lease_owner`` of running jobs whose lease has not
+  expired, by the database clock).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from django.db import connections
+from django.db.models import Count, Min, Q, QuerySet
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from . import locks
+from .conf import get_config
+from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "CancelCount",
+    "DeleteCount",
+    "PruneCount",
+    "QueueStatus",
+    "RetryCount",
+    "cancel_jobs",
+    "dead_jobs",
+    "delete_jobs",
+    "disable_schedules",
+    "enable_schedules",
+    "live_workers",
+    "prune",
+    "queue_status",
+    "retry_jobs",
+    "run_schedules_now",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Primary keys per DELETE statement.
+DEFAULT_BATCH_SIZE = 1_000
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class RetryCount:
+    """What :func:`retry_jobs` changed."""
+
+    #: Dead letters that start again from attempt 1.
+    dead: int
+    #: Waiting jobs made due now.
+    waiting: int
+
+    @property
+    def total(self) -> int:
+        """All jobs changed."""
+        return self.dead + self.waiting
+
+
+@dataclass(frozen=True)
+class CancelCount:
+    """What :func:`cancel_jobs` changed."""
+
+    #: Waiting jobs now ``cancelled``.
+    cancelled: int
+    #: Running jobs whose worker was asked to stop them.
+    requested: int
+
+
+@dataclass(frozen=True)
+class DeleteCount:
+    """What :func:`delete_jobs` did."""
+
+    #: Jobs deleted.
+    deleted: int
+    #: Running jobs left alone (cancel them first).
+    running: int
+
+
+@dataclass(frozen=True)
+class PruneCount:
+    """Jobs deleted (or, on a dry run, that would be) by :func:`prune`, per kind."""
+
+    #: ``done`` jobs older than the retention.
+    done: int
+    #: ``cancelled`` jobs older than the retention.
+    cancelled: int
+    #: Dead letters past their ``keep``; 0 when dead letters were not pruned.
+    dead: int
+    #: Whether dead letters were considered at all.
+    dead_included: bool
+
+    @property
+    def total(self) -> int:
+        """All jobs deleted."""
+        return self.done + self.cancelled + self.dead
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """One queue at a glance."""
+
+    #: Queue name.
+    queue: str
+    #: Jobs per status, every :class:`JobStatus` value present (0 when none).
+    counts: dict[str, int] = field(default_factory=dict)
+    #: Seconds the oldest due waiting job has waited since its ``run_at``; None: none due.
+    oldest_waiting_s: float | None = None
+    #: Distinct ``lease_owner`` values of running jobs with an unexpired lease.
+    live_workers: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the status as JSON-ready data."""
+        return {
+            "queue": self.queue,
+            "counts": dict(self.counts),
+            "oldest_waiting_s": self.oldest_waiting_s,
+            "live_workers": self.live_workers,
+        }
+
+
+def _retry_locked(func: Callable[[], _T], using: str) -> _T:
+    """Run ``func``; on SQLite retry "database is locked" within ``LOCK_TIMEOUT_MS``."""
+    deadline = time.monotonic() + get_config().LOCK_TIMEOUT_MS / 1000
+    delay = 0.01
+    while True:
+        try:
+            return func()
+        except Exception as exc:
+            in_transaction = connections[using].in_atomic_block
+            if in_transaction or not locks.sqlite_locked(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+
+def retry_jobs(jobs: QuerySet[Job]) -> RetryCount:
+    """Run the dead letters and waiting jobs among ``jobs`` again, due now.
+
+    Parameters
+    ----------
+    jobs
+        Any queryset of jobs (e.g. the admin's selection); jobs in other states
+        (running, done, cancelled) are left alone.
+
+    Returns
+    -------
+    RetryCount
+        How many dead letters start again (``init``, ``attempt`` 0 so the next run
+        is attempt 1, ``finished_at`` cleared, id held again until it finishes) and
+        how many waiting jobs were made due now.
+
+    Implements: seed 002, "failed, kept for keep: starts it again, its attempts from
+    one"; issue 2 item 6 "retry now".
+    """
+    using = jobs.db
+    dead = _retry_locked(
+        lambda: jobs.filter(status__in=DEAD_STATUSES).update(
+            status=JobStatus.INIT,
+            waiting=True,
+            attempt=0,
+            run_at=Now(),
+            finished_at=None,
+            id_held_until=None,
+            message="",
+            lease_owner="",
+            lease_token="",
+            lease_expires_at=None,
+            cancel_requested=False,
+            updated_at=Now(),
+        ),
+        using,
+    )
+    # The dead letters just made waiting are already due now: skip them here.
+    waiting = _retry_locked(
+        lambda: jobs.filter(waiting=True, run_at__gt=Now()).update(run_at=Now(), updated_at=Now()),
+        using,
+    )
+    logger.info("jobs retried dead=%s waiting=%s", dead, waiting)
+    return RetryCount(dead=dead, waiting=waiting)
+
+
+def dead_jobs(
+    using: str,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    jids: Iterable[str] | None = None,
+) -> QuerySet[Job]:
+    """Return the dead letters on ``using``, narrowed by queue, job type and jids.
+
+    Parameters
+    ----------
+    using
+        Database alias of the jobs.
+    queue, job_type
+        Exact names to keep; None: any.
+    jids
+        Jids to keep; None: any.
+
+    Returns
+    -------
+    QuerySet
+        Jobs in ``error`` or ``max_retry`` matching every given filter.
+    """
+    jobs = Job.objects.using(using).dead()
+    if queue is not None:
+        jobs = jobs.filter(queue=queue)
+    if job_type is not None:
+        jobs = jobs.filter(job_type=job_type)
+    if jids is not None:
+        jobs = jobs.filter(jid__in=list(jids))
+    return jobs
+
+
+def cancel_jobs(jobs: QuerySet[Job]) -> CancelCount:
+    """Cancel the waiting jobs among ``jobs`` and ask the running ones to stop.
+
+    Parameters
+    ----------
+    jobs
+        Any queryset of jobs; finished jobs are left alone.
+
+    Returns
+    -------
+    CancelCount
+        Waiting jobs now ``cancelled`` (their id freed), and running jobs newly
+        flagged ``cancel_requested`` (the worker's heartbeat sees the flag and tells
+        the handler through ``ctx.cancelled``).
+
+    Implements: seed 002, "cancel" (scheduled or waiting: removes it; running:
+    tells its handler to stop); issue 2 item 6 "cancel".
+    """
+    using = jobs.db
+    cancelled = _retry_locked(
+        lambda: jobs.filter(waiting=True).update(
+            status=JobStatus.CANCELLED,
+            waiting=False,
+            job_id_hash=None,
+            finished_at=Now(),
+            message="cancelled by an operator",
+            updated_at=Now(),
+        ),
+        using,
+    )
+    requested = _retry_locked(
+        lambda: jobs.filter(status=JobStatus.PROCESSING, cancel_requested=False).update(
+            cancel_requested=True, updated_at=Now()
+        ),
+        using,
+    )
+    logger.info("jobs cancelled cancelled=%s requested=%s", cancelled, requested)
+    return CancelCount(cancelled=cancelled, requested=requested)
+
+
+def _delete_in_batches(jobs: QuerySet[Job], batch_size: int) -> int:
+    """Delete ``jobs`` ``batch_size`` pks per statement; return how many went.
+
+    Each batch selects pks, then deletes those still matching ``jobs`` (a row
+    changed in between, e.g. retried, stays). Outside a caller's transaction each
+    statement commits on its own.
+    """
+    using = jobs.db
+    jobs = jobs.order_by()
+    deleted = 0
+    while True:
+        pks = _retry_locked(lambda: list(jobs.values_list("pk", flat=True)[:batch_size]), using)
+        if not pks:
+            return deleted
+        count, _by_model = _retry_locked(lambda: jobs.filter(pk__in=pks).delete(), using)  # noqa: B023
+        deleted += count
+        logger.debug("deleted batch=%s total=%s", count, deleted)
+        if count == 0 or len(pks) < batch_size:
+            return deleted
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1: got {batch_size!r}.")
+
+
+def delete_jobs(jobs: QuerySet[Job], *, batch_size: int = DEFAULT_BATCH_SIZE) -> DeleteCount:
+    """Delete the jobs among ``jobs`` that are not running, in batches.
+
+    Parameters
+    ----------
+    jobs
+        Any queryset of jobs.
+    batch_size
+        Primary keys per DELETE statement, >= 1.
+
+    Returns
+    -------
+    DeleteCount
+        Jobs deleted, and running jobs left alone (cancel those first, so their
+        worker stops before the row goes).
+
+    Raises
+    ------
+    ValueError
+        If ``batch_size`` is not an integer >= 1.
+
+    Implements: issue 2 item 6 "delete".
+    """
+    _check_batch_size(batch_size)
+    running = jobs.filter(status=JobStatus.PROCESSING).count()
+    deleted = _delete_in_batches(jobs.exclude(status=JobStatus.PROCESSING), batch_size)
+    logger.info("jobs deleted deleted=%s running_kept=%s", deleted, running)
+    return DeleteCount(deleted=deleted, running=running)
+
+
+def _finished_before(cutoff: Any) -> Q:
+    """Jobs that finished before ``cutoff`` (``updated_at`` when never stamped)."""
+    return Q(finished_at__lte=cutoff) | Q(finished_at__isnull=True, updated_at__lte=cutoff)
+
+
+#: Jobs whose id (seed 002 ``dedupe``/``keep``) or unique key (seed 000) is not held now.
+def _no_live_hold() -> Q:
+    id_free = Q(job_id_hash__isnull=True) | Q(id_held_until__lte=Now())
+    key_free = Q(unique_key_hash__isnull=True) | Q(unique_expires_at__lte=Now())
+    return id_free & key_free
+
+
+def _dead_past_keep(keep: timedelta | None) -> Q:
+    """Dead letters past their ``keep``: the given one, else each job's own.
+
+    A dead letter's own ``keep`` (its job type's, else its queue's) was stamped as
+    ``id_held_until`` when it died; rows without that stamp use their queue's keep.
+    """
+    if keep is not None:
+        return _finished_before(Now() - keep)
+    config = get_config()
+    named = list(config.QUEUES)
+    by_queue = Q()
+    for name, options in config.QUEUES.items():
+        by_queue |= Q(queue=name) & _finished_before(Now() - options.keep)
+    default_keep = config.KEEP
+    other_queues = _finished_before(Now() - default_keep)
+    if named:
+        other_queues &= ~Q(queue__in=named)
+    by_queue |= other_queues
+    return Q(id_held_until__lte=Now()) | (Q(id_held_until__isnull=True) & by_queue)
+
+
+def prune(
+    using: str,
+    *,
+    retention: timedelta | None = None,
+    keep: timedelta | None = None,
+    dead: bool | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    dry_run: bool = False,
+) -> PruneCount:
+    """Delete finished jobs past their retention, in batches.
+
+    Parameters
+    ----------
+    using
+        Database alias of the jobs.
+    retention
+        Age (since ``finished_at``) past which ``done`` and ``cancelled`` jobs go;
+        None: ``JOBQUEUE["RETENTION"]``.
+    keep
+        Age past which dead letters go; None: each dead letter's own ``keep`` (its
+        job type's, else its queue's, else ``JOBQUEUE["KEEP"]``).
+    dead
+        Whether to prune dead letters; None: ``JOBQUEUE["CLEAN_ERROR"]`` (seed 004
+        QueueConfig.CleanError).
+    batch_size
+        Primary keys per DELETE statement, >= 1.
+    dry_run
+        Count what would go, delete nothing.
+
+    Returns
+    -------
+    PruneCount
+        Jobs deleted (or that would be), per kind. Jobs that still hold their id or
+        unique key are kept until the hold ends.
+
+    Raises
+    ------
+    ValueError
+        If ``batch_size`` is not an integer >= 1.
+
+    Implements: seed 004 QueueConfig.CleanError; seed 002 ``keep``/``dedupe``; issue 2
+    item 7 "prune".
+    """
+    _check_batch_size(batch_size)
+    config = get_config()
+    retention = config.RETENTION if retention is None else retention
+    include_dead = config.CLEAN_ERROR if dead is None else dead
+    base = Job.objects.using(using).filter(_no_live_hold())
+    old = _finished_before(Now() - retention)
+    kinds: dict[str, QuerySet[Job]] = {
+        "done": base.filter(old, status=JobStatus.DONE),
+        "cancelled": base.filter(old, status=JobStatus.CANCELLED),
+    }
+    if include_dead:
+        kinds["dead"] = base.filter(_dead_past_keep(keep), status__in=DEAD_STATUSES)
+    counts: dict[str, int] = {}
+    for kind, jobs in kinds.items():
+        if dry_run:
+            counts[kind] = jobs.count()
+        else:
+            counts[kind] = _delete_in_batches(jobs, batch_size)
+    result = PruneCount(
+        done=counts["done"],
+        cancelled=counts["cancelled"],
+        dead=counts.get("dead", 0),
+        dead_included=include_dead,
+    )
+    logger.info(
+        "jobs pruned done=%s cancelled=%s dead=%s dry_run=%s",
+        result.done,
+        result.cancelled,
+        result.dead,
+        dry_run,
+    )
+    return result
+
+
+def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[QueueStatus]:
+    """Return every queue's counts by status, oldest due waiting age and live workers.
+
+    Parameters
+    ----------
+    using
+        Database alias of the jobs.
+    queues
+        Queue names to report; None: every queue that has a job.
+
+    Returns
+    -------
+    list of QueueStatus
+        One per queue, by name. The oldest waiting age is in seconds since the
+        job's ``run_at``; live workers count distinct ``lease_owner`` values of
+        running jobs whose lease has not expired by the database clock.
+
+    Implements: issue 2 item 7 "status".
+    """
+    jobs = Job.objects.using(using)
+    if queues is not None:
+        jobs = jobs.filter(queue__in=list(queues))
+    counts: dict[str, dict[str, int]] = {}
+    for queue, status, number in (
+        jobs.order_by().values_list("queue", "status").annotate(n=Count("pk"))
+    ):
+        counts.setdefault(queue, dict.fromkeys(JobStatus.values, 0))[status] = number
+    now = timezone.now()
+    oldest = {
+        queue: (now - run_at).total_seconds()
+        for queue, run_at in jobs.due()
+        .order_by()
+        .values_list("queue")
+        .annotate(oldest=Min("run_at"))
+        if run_at is not None
+    }
+    workers = dict(
+        jobs.filter(status=JobStatus.PROCESSING, lease_expires_at__gt=Now())
+        .order_by()
+        .values_list("queue")
+        .annotate(n=Count("lease_owner", distinct=True))
+    )
+    names = sorted(counts) if queues is None else sorted(set(queues))
+    return [
+        QueueStatus(
+            queue=name,
+            counts=counts.get(name, dict.fromkeys(JobStatus.values, 0)),
+            oldest_waiting_s=None if name not in oldest else max(0.0, round(oldest[name], 3)),
+            live_workers=workers.get(name, 0),
+        )
+        for name in names
+    ]
+
+
+def live_workers(using: str) -> int:
+    """Return the distinct ``lease_owner`` values of running jobs with a live lease."""
+    return (
+        Job.objects.using(using)
+        .filter(status=JobStatus.PROCESSING, lease_expires_at__gt=Now())
+        .values("lease_owner")
+        .distinct()
+        .count()
+    )
+
+
+def enable_schedules(schedules: QuerySet[ScheduleJob]) -> int:
+    """Enable ``schedules``; return how many were disabled before."""
+    return schedules.filter(enabled=False).update(enabled=True, updated_at=Now())
+
+
+def disable_schedules(schedules: QuerySet[ScheduleJob]) -> int:
+    """Disable ``schedules``; return how many were enabled before."""
+    return schedules.filter(enabled=True).update(enabled=False, updated_at=Now())
+
+
+def run_schedules_now(schedules: QuerySet[ScheduleJob]) -> int:
+    """Make ``schedules`` due now (``schedule_at`` = now); return how many.
+
+    The scheduler makes their next job on its next pass; a disabled schedule
+    stays disabled and makes none.
+    """
+    return schedules.update(schedule_at=Now(), updated_at=Now())
