@@ -1,0 +1,390 @@
+"""``manage.py jobqueue``: operators' subcommands (status, prune, retry, licence).
+
+The command only parses and wires: the work is in :mod:`django_jobqueue.maintenance`
+(shared with the admin's actions) and :mod:`django_jobqueue.licence`.
+
+Adding a subcommand is one function decorated with :func:`subcommand`; its
+``arguments`` callable adds its options::
+
+    def _schedules_arguments(parser: CommandParser) -> None:
+        parser.add_argument("--name", type=_name, help="...")
+
+    @subcommand("schedules", help="List the schedules.", arguments=_schedules_arguments)
+    def _schedules(command: Command, *, name: str | None, **options: Any) -> None:
+        ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+
+from django_jobqueue import maintenance
+from django_jobqueue.conf import get_config
+from django_jobqueue.durations import parse_duration
+from django_jobqueue.exceptions import InvalidOption
+from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One ``jobqueue`` subcommand: its name, help, options and handler."""
+
+    #: Name typed after ``jobqueue``.
+    name: str
+    #: One line shown by ``--help``.
+    help: str
+    #: Adds the subcommand's options to its parser.
+    arguments: Callable[[CommandParser], None]
+    #: Runs it: ``handler(command, **options)``, options keyword-only.
+    handler: Handler
+
+
+#: Registered subcommands, in ``--help`` order.
+SUBCOMMANDS: dict[str, Subcommand] = {}
+
+
+def _no_arguments(parser: CommandParser) -> None:
+    """Add no options."""
+
+
+def subcommand(
+    name: str, *, help: str, arguments: Callable[[CommandParser], None] = _no_arguments
+) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the ``jobqueue <name>`` subcommand.
+
+    Parameters
+    ----------
+    name
+        The subcommand's name.
+    help
+        One line for ``--help``.
+    arguments
+        Adds the subcommand's options to its parser.
+
+    Returns
+    -------
+    Callable
+        The decorator; it returns the function unchanged.
+    """
+
+    def register(handler: Handler) -> Handler:
+        SUBCOMMANDS[name] = Subcommand(name=name, help=help, arguments=arguments, handler=handler)
+        return handler
+
+    return register
+
+
+# Argument types -----------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1: got {text!r}")
+    return value
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text, name="the duration")
+    except InvalidOption as exc:
+        raise argparse.ArgumentTypeError(str(exc).rstrip(".")) from exc
+
+
+def _name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _database_alias(text: str) -> str:
+    if text not in connections:
+        known = ", ".join(sorted(connections))
+        raise argparse.ArgumentTypeError(f"unknown database alias {text!r}; use one of {known}")
+    return text
+
+
+def _add_database(parser: CommandParser) -> None:
+    parser.add_argument(
+        "--database",
+        type=_database_alias,
+        default=None,
+        help="Database alias of the jobs (default: JOBQUEUE['DATABASE'], else the routers').",
+    )
+
+
+def _jobs_database(database: str | None) -> str:
+    from django_jobqueue.enqueue import jobs_database
+
+    return database or jobs_database()
+
+
+# status -------------------------------------------------------------------------
+
+_STATUS_COLUMNS = list(JobStatus.values)
+
+
+def _status_arguments(parser: CommandParser) -> None:
+    _add_database(parser)
+    parser.add_argument(
+        "--queue",
+        action="append",
+        type=_name,
+        dest="queues",
+        metavar="QUEUE",
+        help="Report only this queue (repeatable; default: every queue with a job).",
+    )
+    parser.add_argument(
+        "--json", action="store_true", dest="as_json", help="Print JSON instead of a table."
+    )
+
+
+def _format_age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}"
+
+
+@subcommand(
+    "status",
+    help="Per queue: jobs by status, the oldest due job's wait (s) and the live workers.",
+    arguments=_status_arguments,
+)
+def _status(
+    command: Command,
+    *,
+    database: str | None,
+    queues: list[str] | None,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    using = _jobs_database(database)
+    rows = maintenance.queue_status(using, queues=queues)
+    workers = maintenance.live_workers(using)
+    if as_json:
+        data = {"queues": [row.as_dict() for row in rows], "live_workers": workers}
+        command.stdout.write(json.dumps(data, indent=2, sort_keys=True))
+        return
+    if not rows:
+        command.stdout.write("No jobs.")
+        return
+    header = ["queue", *_STATUS_COLUMNS, "oldest_waiting_s", "workers"]
+    table = [
+        [
+            row.queue,
+            *(str(row.counts[value]) for value in _STATUS_COLUMNS),
+            _format_age(row.oldest_waiting_s),
+            str(row.live_workers),
+        ]
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
+    for line in [header, *table]:
+        cells = [line[0].ljust(widths[0])] + [
+            cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)
+        ]
+        command.stdout.write("  ".join(cells).rstrip())
+    command.stdout.write(f"Live workers: {workers}")
+
+
+# prune --------------------------------------------------------------------------
+
+
+def _prune_arguments(parser: CommandParser) -> None:
+    _add_database(parser)
+    parser.add_argument(
+        "--retention",
+        type=_duration,
+        default=None,
+        help="Delete done and cancelled jobs finished longer ago than this duration "
+        "('12h', '7d', seconds; default: JOBQUEUE['RETENTION']).",
+    )
+    parser.add_argument(
+        "--dead",
+        action="store_true",
+        help="Also delete dead letters past their keep, even when JOBQUEUE['CLEAN_ERROR'] "
+        "is False.",
+    )
+    parser.add_argument(
+        "--keep",
+        type=_duration,
+        default=None,
+        help="With dead letters: delete those finished longer ago than this duration "
+        "(default: each job's own keep, from its job type, queue or JOBQUEUE['KEEP']).",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=maintenance.DEFAULT_BATCH_SIZE,
+        help="Jobs per DELETE statement (default: %(default)r).",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
+    )
+
+
+@subcommand(
+    "prune",
+    help="Delete done jobs older than RETENTION, and dead letters past keep when asked.",
+    arguments=_prune_arguments,
+)
+def _prune(
+    command: Command,
+    *,
+    database: str | None,
+    retention: timedelta | None,
+    dead: bool,
+    keep: timedelta | None,
+    batch_size: int,
+    dry_run: bool,
+    **options: Any,
+) -> None:
+    include_dead = dead or get_config().CLEAN_ERROR
+    if keep is not None and not include_dead:
+        raise CommandError(
+            "--keep applies to dead letters, which are not pruned; add --dead or set "
+            "JOBQUEUE['CLEAN_ERROR'] = True."
+        )
+    counts = maintenance.prune(
+        _jobs_database(database),
+        retention=retention,
+        keep=keep,
+        dead=include_dead,
+        batch_size=batch_size,
+        dry_run=dry_run,
+    )
+    verb = "Would delete" if dry_run else "Deleted"
+    if include_dead:
+        command.stdout.write(
+            f"{verb} {counts.done} done, {counts.cancelled} cancelled and {counts.dead} dead jobs."
+        )
+    else:
+        command.stdout.write(f"{verb} {counts.done} done and {counts.cancelled} cancelled jobs.")
+        command.stdout.write(
+            "Dead letters kept: JOBQUEUE['CLEAN_ERROR'] is False; add --dead to prune them."
+        )
+
+
+# retry --------------------------------------------------------------------------
+
+
+def _retry_arguments(parser: CommandParser) -> None:
+    _add_database(parser)
+    parser.add_argument("--queue", type=_name, help="Retry the dead letters of this queue.")
+    parser.add_argument(
+        "--type", type=_name, dest="job_type", help="Retry the dead letters of this job type."
+    )
+    parser.add_argument(
+        "--jid",
+        action="append",
+        type=_name,
+        dest="jids",
+        metavar="JID",
+        help="Retry this dead letter (repeatable).",
+    )
+    parser.add_argument(
+        "--all", action="store_true", dest="retry_all", help="Retry every dead letter."
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="Count what would be retried; change nothing."
+    )
+
+
+def _check_jids(using: str, jids: list[str]) -> None:
+    found = dict(Job.objects.using(using).filter(jid__in=jids).values_list("jid", "status"))
+    missing = [jid for jid in jids if jid not in found]
+    if missing:
+        raise CommandError(
+            f"No job has jid {', '.join(missing)}; copy the jid from the admin or the logs."
+        )
+    alive = [f"{jid} is {found[jid]}" for jid in jids if found[jid] not in DEAD_STATUSES]
+    if alive:
+        raise CommandError(
+            f"Only dead letters (error, max_retry) can be retried, but {', '.join(alive)}; "
+            "leave those out."
+        )
+
+
+@subcommand(
+    "retry",
+    help="Run dead letters (error, max_retry) again, due now, attempts from 1.",
+    arguments=_retry_arguments,
+)
+def _retry(
+    command: Command,
+    *,
+    database: str | None,
+    queue: str | None,
+    job_type: str | None,
+    jids: list[str] | None,
+    retry_all: bool,
+    dry_run: bool,
+    **options: Any,
+) -> None:
+    narrowed = queue is not None or job_type is not None or jids is not None
+    if not narrowed and not retry_all:
+        raise CommandError(
+            "Choose the dead letters to retry: give --queue, --type, --jid or --all."
+        )
+    if narrowed and retry_all:
+        raise CommandError(
+            "--all retries every dead letter; give it without --queue, --type or --jid."
+        )
+    using = _jobs_database(database)
+    if jids is not None:
+        _check_jids(using, jids)
+    jobs = maintenance.dead_jobs(using, queue=queue, job_type=job_type, jids=jids)
+    if dry_run:
+        command.stdout.write(f"Would retry {jobs.count()} dead jobs.")
+        return
+    count = maintenance.retry_jobs(jobs)
+    command.stdout.write(f"Retried {count.dead} dead jobs; they are due now.")
+
+
+# licence ------------------------------------------------------------------------
+
+
+@subcommand("licence", help="Say which edition (Core or Pro) is in force and until when.")
+def _licence(command: Command, **options: Any) -> None:
+    from django_jobqueue.licence import current_licence, describe_licence
+
+    command.stdout.write(describe_licence(current_licence()))
+
+
+# The command --------------------------------------------------------------------
+
+
+class Command(BaseCommand):
+    """``manage.py jobqueue <subcommand>``: see :data:`SUBCOMMANDS`."""
+
+    help = "Inspect and maintain the job queue: " + ", ".join(SUBCOMMANDS) + "."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        """Add one subparser per registered subcommand."""
+        subparsers = parser.add_subparsers(
+            dest="subcommand", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}"
+        )
+        for sub in SUBCOMMANDS.values():
+            sub.arguments(subparsers.add_parser(sub.name, help=sub.help, description=sub.help))
+
+    def handle(self, *, subcommand: str, verbosity: int = 1, **options: Any) -> None:
+        """Run the chosen subcommand; user mistakes raise ``CommandError``."""
+        if verbosity >= 2:  # -v 2: what was done; -v 3: each batch
+            logging.getLogger("django_jobqueue").setLevel(
+                logging.INFO if verbosity == 2 else logging.DEBUG
+            )
+        SUBCOMMANDS[subcommand].handler(self, **options)
