@@ -23,6 +23,7 @@ from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption, UnknownJobT
 
 if TYPE_CHECKING:
     from .enqueue import EnqueueResult
+    from .ids import JobView, Page
 
 __all__ = ["JobDescription", "JobHandle", "get_job_description", "job", "registered_job_types"]
 
@@ -167,6 +168,80 @@ class JobHandle:
         from asgiref.sync import sync_to_async
 
         return await sync_to_async(self.enqueue)(payload, **options)
+
+    # Seed 002 ids: on the job type's queue; see django_jobqueue.ids.Queue.
+
+    def add(self, value: Any = None, **options: Any) -> bool:
+        """Add a job of this type unless its id is taken; see :meth:`ids.Queue.add`."""
+        from .ids import Queue
+
+        return Queue.for_job_type(self.name).add(value, **options)
+
+    def set(self, id: str, value: Any = None, **options: Any) -> None:  # noqa: A002
+        """Make the id's job run with ``value``; see :meth:`ids.Queue.set`."""
+        from .ids import Queue
+
+        Queue.for_job_type(self.name).set(id, value, **options)
+
+    def update(self, id: str, value: Any = None, **options: Any) -> bool:  # noqa: A002
+        """Change a waiting job's value; see :meth:`ids.Queue.update`."""
+        from .ids import Queue
+
+        return Queue.for_job_type(self.name).update(id, value, **options)
+
+    def cancel(self, id: str) -> bool:  # noqa: A002
+        """Remove or stop the id's job; see :meth:`ids.Queue.cancel`."""
+        from .ids import Queue
+
+        return Queue.for_job_type(self.name).cancel(id)
+
+    def get(self, id: str) -> JobView | None:  # noqa: A002
+        """Return the job holding ``id``; see :meth:`ids.Queue.get`."""
+        from .ids import Queue
+
+        return Queue.for_job_type(self.name).get(id)
+
+    def list(self, **options: Any) -> Page:
+        """Return a page of this type's jobs; see :meth:`ids.Queue.list`."""
+        from .ids import Queue
+
+        return Queue.for_job_type(self.name).list(**options)
+
+    async def aadd(self, value: Any = None, **options: Any) -> bool:
+        """Async twin of :meth:`add`."""
+        from .ids import Queue
+
+        return await Queue.for_job_type(self.name).aadd(value, **options)
+
+    async def aset(self, id: str, value: Any = None, **options: Any) -> None:  # noqa: A002
+        """Async twin of :meth:`set`."""
+        from .ids import Queue
+
+        await Queue.for_job_type(self.name).aset(id, value, **options)
+
+    async def aupdate(self, id: str, value: Any = None, **options: Any) -> bool:  # noqa: A002
+        """Async twin of :meth:`update`."""
+        from .ids import Queue
+
+        return await Queue.for_job_type(self.name).aupdate(id, value, **options)
+
+    async def acancel(self, id: str) -> bool:  # noqa: A002
+        """Async twin of :meth:`cancel`."""
+        from .ids import Queue
+
+        return await Queue.for_job_type(self.name).acancel(id)
+
+    async def aget(self, id: str) -> JobView | None:  # noqa: A002
+        """Async twin of :meth:`get`."""
+        from .ids import Queue
+
+        return await Queue.for_job_type(self.name).aget(id)
+
+    async def alist(self, **options: Any) -> Page:
+        """Async twin of :meth:`list`."""
+        from .ids import Queue
+
+        return await Queue.for_job_type(self.name).alist(**options)
 
 
 def job(

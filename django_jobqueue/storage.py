@@ -28,7 +28,7 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Case, F, Q, Value, When
-from django.db.models.functions import Now
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from . import locks
@@ -52,19 +52,25 @@ _LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_token": "", "lease_e
 
 
 def _id_hold_options(job: Job) -> tuple[timedelta | None, timedelta]:
-    """Return (dedupe, keep) of ``job``: its job type's, else its queue's."""
+    """Return (dedupe, keep) of ``job``: stored on it by a ``Queue(name, dedupe=, keep=)``
+    handle, else its job type's, else its queue's."""
     from .registry import _UNSET, get_job_description
 
     options = get_config().queue_options(job.queue)
     dedupe, keep = options.dedupe, options.keep
     try:
         desc = get_job_description(job.job_type)
-    except Exception:  # unknown job type: the queue's options
-        return dedupe, keep
-    if desc.dedupe is not _UNSET:
-        dedupe = desc.dedupe
-    if desc.keep is not None:
-        keep = desc.keep
+    except Exception:  # unknown job type: the queue's options  # noqa: S110
+        pass
+    else:
+        if desc.dedupe is not _UNSET:
+            dedupe = desc.dedupe
+        if desc.keep is not None:
+            keep = desc.keep
+    if job.dedupe_ms is not None:
+        dedupe = timedelta(milliseconds=job.dedupe_ms) if job.dedupe_ms else None
+    if job.keep_ms is not None:
+        keep = timedelta(milliseconds=job.keep_ms)
     return dedupe, keep
 
 
@@ -220,7 +226,7 @@ def complete(job: Job, result: Any = None) -> bool:
         fields["job_id_hash"] = None
     if job.unique_mode == UniqueMode.UNTIL_EXECUTED:
         fields["unique_key_hash"] = None
-    return _write(job, fields, "complete")
+    return _write_or_rerun(job, fields, "complete", {"result": result}) is not None
 
 
 def _error_entry(job: Job, exc: BaseException | None, message: str) -> dict[str, Any]:
@@ -269,7 +275,9 @@ def fail(
     else:
         status = JobStatus.MAX_RETRY if retryable else JobStatus.ERROR
         fields.update(status=status, finished_at=Now(), **dead_hold_until(job))
-    return status if _write(job, fields, "fail") else None
+    extra = {"errors": errors, "message": fields["message"]}
+    outcome = _write_or_rerun(job, fields, "fail", extra)
+    return None if outcome is None else (status if outcome else JobStatus.INIT)
 
 
 def hand_back(job: Job, *, message: str = "") -> bool:
@@ -288,6 +296,66 @@ def hand_back(job: Job, *, message: str = "") -> bool:
         **_LEASE_CLEARED,
     }
     return _write(job, fields, "hand_back")
+
+
+def _rerun_fields(extra: dict[str, Any]) -> dict[str, Any]:
+    # payload and run_at come first: MySQL assigns left to right, so they must read
+    # rerun_payload/rerun_at before those are cleared.
+    return {
+        "payload": F("rerun_payload"),
+        "run_at": Coalesce(F("rerun_at"), Now()),
+        "status": JobStatus.INIT,
+        "waiting": True,
+        "attempt": 0,
+        "rerun": False,
+        "rerun_payload": None,
+        "rerun_at": None,
+        "cancel_requested": False,
+        "started_at": None,
+        "finished_at": None,
+        "id_held_until": None,
+        "updated_at": Now(),
+        **_LEASE_CLEARED,
+        **extra,
+    }
+
+
+def _write_or_rerun(
+    job: Job, fields: dict[str, Any], what: str, rerun_extra: dict[str, Any]
+) -> bool | None:
+    """Store the end of ``job``'s run, or the rerun a ``set`` asked for while it ran.
+
+    Seed 002: ``set`` on a running job means one run more after this one, with the
+    set's value, whatever this run's outcome. ``ids.Queue.set`` flags it (``rerun``)
+    with a guarded update; here the outcome's update filters ``rerun=False``, and when
+    it updates nothing while the lease is still ours, a second guarded update moves
+    the job back to waiting with the rerun's value and time, attempts from one. A
+    ``set`` racing the end of the run thus lands either before (the rerun happens) or
+    after (``set`` finds the job done or failed and acts on that). ``rerun_extra`` are
+    the outcome's fields kept on the rerun (result, errors, message).
+
+    Returns True if the outcome was stored, False if the job will run again, None if
+    the lease was lost.
+    """
+    for _round in range(8):
+        if _retry_sqlite(_guarded(job).filter(rerun=False).update, **fields):
+            return True
+        if _retry_sqlite(_guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)):
+            logger.info("rerun requested, job waits again jid=%s type=%s", job.jid, job.job_type)
+            from .worker.wakeup import notify_on_commit
+
+            notify_on_commit(job._state.db, job.queue)
+            return False
+        if not _guarded(job).exists():
+            break
+    logger.warning(
+        "lease lost, %s not stored jid=%s type=%s attempt=%s",
+        what,
+        job.jid,
+        job.job_type,
+        job.attempt,
+    )
+    return None
 
 
 def _write(job: Job, fields: dict[str, Any], what: str) -> bool:
