@@ -110,7 +110,7 @@ def deliver_issue(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
     if relay_refuses(f"{issue_id}:{subscriber_id}", ctx.attempt):
         raise RelayUnavailable(
             f"The mail relay refused issue {issue_id} for {subscriber.email} "
-            f"(attempt {ctx.attempt}); the job will be retried."
+            f"(attempt {ctx.attempt})."
         )
     send_mail(
         subject=issue.title,
