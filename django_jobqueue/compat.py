@@ -28,6 +28,7 @@ __all__ = [
     "TaskError",
     "TaskResult",
     "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
     "TasksFrameworkMissing",
     "normalize_json",
@@ -56,7 +57,11 @@ try:
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
     from django.tasks.base import TaskResultStatus as _Status
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.exceptions import (
+        InvalidTask,
+        TaskResultDoesNotExist,
+        TaskResultMismatch,
+    )
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 
@@ -89,6 +94,9 @@ except ImportError:
     InvalidTask = getattr(_exceptions, "InvalidTask", None) or _exceptions.InvalidTaskError
     TaskResultDoesNotExist = (
         getattr(_exceptions, "TaskResultDoesNotExist", None) or _exceptions.ResultDoesNotExist
+    )
+    TaskResultMismatch = (
+        getattr(_exceptions, "TaskResultMismatch", None) or _exceptions.TaskIntegrityError
     )
     task_enqueued = _signals.task_enqueued
     task_finished = _signals.task_finished

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_jobqueue import job
 from django_jobqueue.exceptions import ImproperlyConfiguredJobQueue
+
+
+@job("tasks_test.plain")
+def plain(payload: Any, ctx: Any) -> Any:
+    """A plain job type: its jobs are not task results."""
+    return payload
+
 
 try:
     from django_jobqueue.compat import task
@@ -60,6 +68,7 @@ if task is not None:
         return a * b
 
     @task
+    @task_options(max_retry=0)
     def not_json() -> object:
         return object()
 
