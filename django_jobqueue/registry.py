@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -24,6 +24,7 @@ from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption, UnknownJobT
 if TYPE_CHECKING:
     from .enqueue import EnqueueResult
     from .ids import JobView, Page
+    from .models import ScheduleJob
 
 __all__ = ["JobDescription", "JobHandle", "get_job_description", "job", "registered_job_types"]
 
@@ -79,6 +80,12 @@ class JobDescription:
     dedupe: timedelta | None = _UNSET
     #: How long a dead letter stays (seed 002 ``keep``); None: the queue's.
     keep: timedelta | None = None
+    #: A periodic plan of this type (issue 6): cron expression, or None for none.
+    cron: str | None = None
+    #: The IANA time zone the cron expression is read in.
+    timezone: str = "UTC"
+    #: After downtime, run once for the missed ticks (True) or skip them (False).
+    catch_up: bool = False
 
 
 def _validate(desc: JobDescription) -> JobDescription:
@@ -127,10 +134,28 @@ def _describe(name: str, handler: Callable[..., Any], options: Mapping[str, Any]
                 if dedupe in (_UNSET, None)
                 else parse_duration(dedupe, name="dedupe"),
                 keep=None if keep is None else parse_duration(keep, name="keep"),
+                **_plan_options(options),
             )
         )
     except InvalidOption as exc:
         raise ImproperlyConfiguredJobQueue(f"Job type {name!r}: {exc}") from exc
+
+
+def _plan_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate the periodic plan options of ``@job`` (cron, timezone, catch_up)."""
+    cron = options.get("cron")
+    if cron is None:
+        return {}
+    from .schedules import validate_cron, validate_timezone
+
+    catch_up = options.get("catch_up", False)
+    if not isinstance(catch_up, bool):
+        raise InvalidOption(f"catch_up must be True or False: got {catch_up!r}.")
+    return {
+        "cron": validate_cron(cron),
+        "timezone": validate_timezone(options.get("timezone") or "UTC"),
+        "catch_up": catch_up,
+    }
 
 
 class JobHandle:
@@ -162,6 +187,21 @@ class JobHandle:
 
         queue = options.pop("queue", None)
         return enqueue_job(queue, self.name, payload, **options)
+
+    def schedule(self, payload: Any = None, *, at: datetime, **options: Any) -> ScheduleJob:
+        """Plan one job of this type at ``at``; see :func:`schedules.add_job_with_schedule`.
+
+        ``options``: ``queue``, ``priority``, ``name``. Returns the ``ScheduleJob``.
+        """
+        from .schedules import add_job_with_schedule
+
+        return add_job_with_schedule(self.name, payload, at=at, **options)
+
+    async def aschedule(self, payload: Any = None, *, at: datetime, **options: Any) -> ScheduleJob:
+        """Async twin of :meth:`schedule`."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.schedule)(payload, at=at, **options)
 
     async def aenqueue(self, payload: Any = None, **options: Any) -> EnqueueResult:
         """Async twin of :meth:`enqueue`."""
@@ -255,6 +295,9 @@ def job(
     secure: bool = False,
     dedupe: Duration | None = _UNSET,
     keep: Duration | None = None,
+    cron: str | None = None,
+    timezone: str | None = None,
+    catch_up: bool = False,
 ) -> Callable[[Callable[..., Any]], JobHandle]:
     """Register the decorated function as the handler of job type ``name``.
 
@@ -277,6 +320,11 @@ def job(
     dedupe, keep:
         Seed 002 queue options for this type: how long a done job keeps its id, how
         long a dead letter stays (durations).
+    cron, timezone, catch_up:
+        A periodic plan of this type named after it (issue 6): a cron expression
+        such as ``"0 3 * * *"`` read in ``timezone`` (IANA, default ``"UTC"``);
+        ``catch_up`` runs once for ticks missed during downtime (default False:
+        skip them). Synced to the table when a foreman starts.
 
     Returns
     -------
@@ -299,6 +347,9 @@ def job(
         "secure": secure,
         "dedupe": dedupe,
         "keep": keep,
+        "cron": cron,
+        "timezone": timezone,
+        "catch_up": catch_up,
     }
 
     def decorator(func: Callable[..., Any]) -> JobHandle:
