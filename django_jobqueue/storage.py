@@ -41,6 +41,7 @@ __all__ = [
     "complete",
     "dead_hold_until",
     "fail",
+    "finish_cancelled",
     "hand_back",
     "heartbeat",
     "reap_expired",
@@ -100,6 +101,7 @@ def claim(
     limit: int = 1,
     queues: Sequence[str] | None = None,
     exclude_types: Collection[str] = (),
+    lease_ms: int | None = None,
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs for ``owner`` and return them, lease set.
 
@@ -116,6 +118,8 @@ def claim(
     exclude_types:
         Job types not to claim (those at their ``concurrent`` limit, seed 004
         Governor.Spawn's ignore list).
+    lease_ms:
+        Lease of the claimed jobs in ms; None: ``JOBQUEUE["LEASE_MS"]``.
 
     Returns
     -------
@@ -125,7 +129,7 @@ def claim(
 
     Implements: seed 004 JobStorage.GetAndLockAvailableJob.
     """
-    return _retry_sqlite(_claim, using, owner, limit, queues, exclude_types)
+    return _retry_sqlite(_claim, using, owner, limit, queues, exclude_types, lease_ms)
 
 
 def _claim(
@@ -134,8 +138,9 @@ def _claim(
     limit: int,
     queues: Sequence[str] | None,
     exclude_types: Collection[str],
+    lease_ms: int | None = None,
 ) -> list[Job]:
-    lease = timedelta(milliseconds=get_config().LEASE_MS)
+    lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
     token = uuid.uuid4().hex
     with transaction.atomic(using=using):
         due = Job.objects.using(using).filter(waiting=True, run_at__lte=Now())
@@ -177,16 +182,17 @@ def _guarded(job: Job) -> Any:
     )
 
 
-def heartbeat(jobs: Sequence[Job]) -> tuple[set[int], set[int]]:
+def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[int], set[int]]:
     """Extend the leases of ``jobs``; return (pks still owned, pks asked to cancel).
 
     A job missing from the first set lost its lease: its worker must not write its
-    outcome (the guarded updates would refuse anyway).
+    outcome (the guarded updates would refuse anyway). ``lease_ms`` is the new
+    lease in ms (None: ``JOBQUEUE["LEASE_MS"]``).
     """
     if not jobs:
         return set(), set()
     using = jobs[0]._state.db
-    lease = timedelta(milliseconds=get_config().LEASE_MS)
+    lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
     owned = Q()
     for job in jobs:
         owned |= Q(pk=job.pk, lease_token=job.lease_token)
@@ -278,6 +284,23 @@ def fail(
     extra = {"errors": errors, "message": fields["message"]}
     outcome = _write_or_rerun(job, fields, "fail", extra)
     return None if outcome is None else (status if outcome else JobStatus.INIT)
+
+
+def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> bool:
+    """Store that ``job`` stopped after a cancel request (status ``cancelled``).
+
+    Returns False if its lease was lost. The job is finished: its id's hold ends as
+    for a dead letter (kept for ``keep``).
+    """
+    fields: dict[str, Any] = {
+        "status": JobStatus.CANCELLED,
+        "finished_at": Now(),
+        "updated_at": Now(),
+        "message": message,
+        "job_id_hash": None,
+        **_LEASE_CLEARED,
+    }
+    return _write_or_rerun(job, fields, "finish_cancelled", {"message": message}) is not None
 
 
 def hand_back(job: Job, *, message: str = "") -> bool:

@@ -18,6 +18,7 @@ Environment knobs, all optional:
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -124,7 +125,9 @@ STATIC_URL = "/static/"
 
 # The app's defaults (django_jobqueue.conf); tests change keys with
 # override_settings(JOBQUEUE={...}).
-JOBQUEUE: dict[str, object] = {}
+# Worker subprocesses started by tests/workers_helpers.py get the test process's
+# current JOBQUEUE (overrides included) as JSON in JOBQUEUE_TEST_JOBQUEUE.
+JOBQUEUE: dict[str, object] = json.loads(os.environ.get("JOBQUEUE_TEST_JOBQUEUE") or "{}")
 
 # Django's tasks framework (Django 6, or the django_tasks backport on 5.2): @task
 # functions run on our workers (tests/test_tasks.py, tests/testapp/jobtypes/tasks.py).

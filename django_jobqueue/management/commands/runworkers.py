@@ -1,0 +1,202 @@
+"""``manage.py runworkers``: run foremen that claim and run jobs (seed 004 Foreman).
+
+The command only parses and wires: the loops live in
+:mod:`django_jobqueue.worker.foreman` and :mod:`django_jobqueue.worker.supervisor`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...conf import get_config
+from ...exceptions import ImproperlyConfiguredJobQueue
+from ...worker.foreman import Foreman, ForemanOptions
+from ...worker.supervisor import Supervisor
+
+_LEVELS = {0: logging.WARNING, 1: logging.INFO}
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected milliseconds as a whole number, got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {value}")
+    return value
+
+
+def _queues(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",")]
+    if not text.strip() or any(not name or len(name) > 100 for name in names):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated queue names of 1 to 100 characters, got {text!r}"
+        )
+    return names
+
+
+class Command(BaseCommand):
+    """Run worker threads that claim and run jobs until stopped."""
+
+    help = (
+        "Run job queue workers: one foreman with --concurrency worker threads, or "
+        "--processes foremen under a supervisor. SIGTERM/SIGINT drains (running jobs "
+        "get --shutdown-timeout ms, then go back to the queue); a second one forces."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queues",
+            type=_queues,
+            default=None,
+            help="Comma-separated queues to claim from (default: every queue).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=_positive_int,
+            default=None,
+            help="Worker threads per process (default: JOBQUEUE['CONCURRENCY']).",
+        )
+        parser.add_argument(
+            "--processes",
+            type=_positive_int,
+            default=1,
+            help="Foreman processes under one supervisor that restarts crashed ones "
+            "(default: %(default)r).",
+        )
+        parser.add_argument(
+            "--min-sleep",
+            type=_ms,
+            default=None,
+            help="Shortest idle sleep between polls, ms (default: JOBQUEUE['MIN_SLEEP_MS']).",
+        )
+        parser.add_argument(
+            "--max-sleep",
+            type=_ms,
+            default=None,
+            help="Longest idle sleep between polls, ms (default: JOBQUEUE['MAX_SLEEP_MS']).",
+        )
+        parser.add_argument(
+            "--break-time",
+            type=_ms,
+            default=None,
+            help="Pause of a worker between two jobs, ms (default: JOBQUEUE['BREAK_TIME_MS']).",
+        )
+        parser.add_argument(
+            "--ramp-time",
+            type=_ms,
+            default=None,
+            help="Least time between two worker spawns, ms (default: JOBQUEUE['RAMP_TIME_MS']).",
+        )
+        parser.add_argument(
+            "--lease",
+            type=_ms,
+            default=None,
+            help="Lease of a claimed job, ms, >= 1000 (default: JOBQUEUE['LEASE_MS']); "
+            "heartbeats come at most every third of it.",
+        )
+        parser.add_argument(
+            "--heartbeat",
+            type=_ms,
+            default=None,
+            help="Heartbeat interval, ms (default: JOBQUEUE['HEARTBEAT_MS'], at most a "
+            "third of the lease).",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=_ms,
+            default=None,
+            help="How long running jobs may finish after SIGTERM, ms "
+            "(default: JOBQUEUE['SHUTDOWN_TIMEOUT_MS']).",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            default=False,
+            help="Drain the jobs due now and exit 0 when nothing is due or running "
+            "(default: %(default)r).",
+        )
+        parser.add_argument(
+            "--database",
+            default=None,
+            help="Database alias of the jobs (default: JOBQUEUE['DATABASE'] or the routers').",
+        )
+
+    def handle(
+        self,
+        *,
+        queues: list[str] | None,
+        concurrency: int | None,
+        processes: int,
+        min_sleep: int | None,
+        max_sleep: int | None,
+        break_time: int | None,
+        ramp_time: int | None,
+        lease: int | None,
+        heartbeat: int | None,
+        shutdown_timeout: int | None,
+        burst: bool,
+        database: str | None,
+        verbosity: int,
+        **options: Any,
+    ) -> None:
+        try:
+            config = get_config()
+        except ImproperlyConfiguredJobQueue as exc:
+            raise CommandError(str(exc)) from exc
+        if lease is not None and lease < 1000:
+            raise CommandError(f"--lease must be at least 1000 ms: got {lease}.")
+        low = config.MIN_SLEEP_MS if min_sleep is None else min_sleep
+        high = config.MAX_SLEEP_MS if max_sleep is None else max_sleep
+        if low < 1 or low > high:
+            raise CommandError(
+                f"--min-sleep ({low} ms) must be >= 1 and at most --max-sleep ({high} ms)."
+            )
+        level = _LEVELS.get(verbosity, logging.DEBUG)
+        jq_logger = logging.getLogger("django_jobqueue")
+        jq_logger.setLevel(level)
+        if not jq_logger.handlers and not logging.getLogger().handlers:
+            jq_logger.addHandler(logging.StreamHandler(self.stderr._out))
+        foreman_options: dict[str, Any] = {
+            "using": database,
+            "queues": tuple(queues) if queues else None,
+            "concurrency": concurrency,
+            "min_sleep_ms": min_sleep,
+            "max_sleep_ms": max_sleep,
+            "break_time_ms": break_time,
+            "ramp_time_ms": ramp_time,
+            "lease_ms": lease,
+            "heartbeat_ms": heartbeat,
+            "shutdown_timeout_ms": shutdown_timeout,
+            "burst": burst,
+        }
+        try:
+            if processes == 1:
+                stats = Foreman(ForemanOptions(**foreman_options)).run()
+                if verbosity:
+                    summary = " ".join(f"{k}={v}" for k, v in sorted(stats.items()))
+                    self.stdout.write(f"runworkers finished: {summary or 'no jobs'}")
+                return
+            code = Supervisor(processes, foreman_options, log_level=level).run()
+        except ImproperlyConfiguredJobQueue as exc:
+            raise CommandError(str(exc)) from exc
+        if code:
+            raise CommandError(
+                "A burst worker process kept crashing; see the log above for its error."
+            )

@@ -1,0 +1,104 @@
+"""JobContext: what a running handler knows about its job and can ask of its worker."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..enqueue import EnqueueResult
+    from ..models import Job
+
+__all__ = ["JobContext"]
+
+
+class JobContext:
+    """The second argument of every handler: ``handler(payload, ctx)``.
+
+    Attributes
+    ----------
+    jid:
+        The job's public handle.
+    job_id:
+        Its caller-chosen id (seed 002), or None.
+    attempt:
+        This attempt's number, 1 for the first (seed 004 Try).
+    queue, job_type:
+        The job's queue and type.
+    worker:
+        The lease owner's name (``host:pid:thread``).
+    logger:
+        A logger for the handler (``django_jobqueue.job.<job type>``).
+
+    Implements: seed 004 HandlerFunc's context (job, retry count, logger).
+    """
+
+    def __init__(self, job: Job, *, worker: str = "", lease_ms: int | None = None) -> None:
+        self.job = job
+        self.jid: str = job.jid
+        self.job_id: str | None = job.job_id
+        self.attempt: int = job.attempt
+        self.queue: str = job.queue
+        self.job_type: str = job.job_type
+        self.worker = worker
+        self.logger = logging.getLogger(f"django_jobqueue.job.{job.job_type}")
+        self._lease_ms = lease_ms
+        self._cancelled = threading.Event()
+        self._lease_lost = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"<JobContext {self.job_type} jid={self.jid} attempt={self.attempt}>"
+
+    @property
+    def payload(self) -> Any:
+        """The job's payload (JSON)."""
+        return self.job.payload
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether a cancel of this job was requested; a handler should stop soon."""
+        return self._cancelled.is_set()
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether this worker lost the job's lease: its outcome will not be stored."""
+        return self._lease_lost.is_set()
+
+    def mark_cancelled(self) -> None:
+        """Flag a cancel request (called by the heartbeat)."""
+        self._cancelled.set()
+
+    def mark_lease_lost(self) -> None:
+        """Flag a lost lease (called by the heartbeat)."""
+        self._lease_lost.set()
+
+    def heartbeat(self) -> bool:
+        """Extend the job's lease now; return False if the lease was lost.
+
+        Long handlers may call it between steps; the foreman also beats every
+        ``HEARTBEAT_MS``. A cancel request seen here sets :attr:`cancelled`.
+        """
+        from .. import storage
+
+        alive, cancel = storage.heartbeat([self.job], lease_ms=self._lease_ms)
+        if self.job.pk in cancel:
+            self.mark_cancelled()
+        if self.job.pk not in alive:
+            self.mark_lease_lost()
+            return False
+        return True
+
+    def enqueue_job(
+        self, queue: str | None, job_type: str, payload: Any = None, **options: Any
+    ) -> EnqueueResult:
+        """Enqueue another job; see :func:`django_jobqueue.enqueue.enqueue_job`.
+
+        Returns
+        -------
+        EnqueueResult
+            ``{"status": "enqueued", "jid": ...}`` (or ``"deduplicated"``).
+        """
+        from ..enqueue import enqueue_job
+
+        return enqueue_job(queue, job_type, payload, **options)

@@ -1,0 +1,277 @@
+"""The executor: run one claimed job's handler and store its outcome.
+
+Outcomes, each stored by a lease-guarded write of :mod:`django_jobqueue.storage`:
+
+==========================================  =======================================
+what happened                               stored status
+==========================================  =======================================
+handler returned                            ``done`` (the return value is the result)
+handler raised :class:`NonRetryableError`   ``error``
+handler raised anything else                ``retry`` after backoff, else ``max_retry``
+attempt ran past ``timeout_ms``             as a raised error (``retry``/``max_retry``)
+job type unknown at run time                ``error``
+``expires_at`` passed before it started     ``error`` (never run)
+cancel requested, handler stopped           ``cancelled``
+==========================================  =======================================
+
+A handler runs in a *runner* thread of its worker slot, so the worker can give up
+on it at its timeout. Python cannot kill a thread: a handler stuck past its
+timeout keeps its runner thread until it returns, but its slot gets a new runner
+and its late outcome is never stored (the lease is gone). Coroutine handlers run
+in their own event loop (``asyncio.run``) in the runner thread.
+
+A ``secure`` job's payload and result never reach a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue as queue_mod
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import close_old_connections, connections
+
+from .. import storage
+from ..exceptions import NonRetryableError, UnknownJobType
+from ..models import Job, JobStatus
+from ..registry import get_job_description
+from ..signals import job_finished, job_started
+from .context import JobContext
+from .middleware import Handler, Middleware, apply_middleware
+
+__all__ = ["Runner", "execute", "expire_if_due", "time_out"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Call:
+    """One call submitted to a :class:`Runner`: its outcome once ``done`` is set."""
+
+    def __init__(self, func: Callable[[], Any]) -> None:
+        self.func = func
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class Runner:
+    """A daemon thread that runs submitted calls one at a time.
+
+    A worker slot owns one runner and replaces it when a handler overruns its
+    timeout (:meth:`abandon`); the abandoned thread exits once the stuck call
+    returns, closing its database connections.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._inbox: queue_mod.SimpleQueue[_Call | None] = queue_mod.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                call = self._inbox.get()
+                if call is None:
+                    return
+                try:
+                    call.value = call.func()
+                except BaseException as exc:  # noqa: BLE001 (handed to the submitter)
+                    call.error = exc
+                finally:
+                    call.done.set()
+        finally:
+            connections.close_all()
+
+    def submit(self, func: Callable[[], Any]) -> _Call:
+        """Queue ``func`` to run in this runner's thread; return its pending call."""
+        call = _Call(func)
+        self._inbox.put(call)
+        return call
+
+    def abandon(self) -> None:
+        """Let the thread exit after its current call; submit nothing more."""
+        self._inbox.put(None)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread still runs."""
+        return self._thread.is_alive()
+
+
+def _sync_handler(func: Callable[..., Any]) -> Handler:
+    if inspect.iscoroutinefunction(func):
+
+        def run_coroutine(payload: Any, ctx: JobContext) -> Any:
+            return asyncio.run(func(payload, ctx))
+
+        return run_coroutine
+
+    def run(payload: Any, ctx: JobContext) -> Any:
+        result = func(payload, ctx)
+        if inspect.isawaitable(result):
+
+            async def wait() -> Any:
+                return await result
+
+            return asyncio.run(wait())
+        return result
+
+    return run
+
+
+def _log_start(job: Job) -> None:
+    logger.info(
+        "job started jid=%s type=%s attempt=%s queue=%s",
+        job.jid,
+        job.job_type,
+        job.attempt,
+        job.queue,
+    )
+
+
+def _log_end(job: Job, status: str | None, started: float) -> None:
+    logger.info(
+        "job finished jid=%s type=%s attempt=%s status=%s duration_ms=%d",
+        job.jid,
+        job.job_type,
+        job.attempt,
+        status or "lease_lost",
+        (time.monotonic() - started) * 1000,
+    )
+
+
+def _finished(job: Job, status: str | None) -> None:
+    if status is not None:
+        job_finished.send(sender=job.job_type, job=job, status=status)
+
+
+def expire_if_due(job: Job) -> str | None | bool:
+    """Dead-letter ``job`` if its ``expires_at`` passed before it started.
+
+    Both times come from the database clock. Returns False when the job has not
+    expired, else the stored status (``error``) or None if the lease was lost.
+    """
+    if job.expires_at is None or job.started_at is None or job.expires_at >= job.started_at:
+        return False
+    message = (
+        f"expired: the job expired at {job.expires_at.isoformat()} before it started "
+        f"at {job.started_at.isoformat()}, so it was not run"
+    )
+    return storage.fail(job, None, message=message, retryable=False)
+
+
+def execute(job: Job, ctx: JobContext, *, middleware: Sequence[Middleware] = ()) -> str | None:
+    """Run ``job``'s handler in this thread and store its outcome.
+
+    Parameters
+    ----------
+    job:
+        A job claimed by this worker (``processing``, lease held).
+    ctx:
+        Its context; a lost lease or cancel request is flagged on it.
+    middleware:
+        Loaded middleware, outermost first.
+
+    Returns
+    -------
+    str | None
+        The stored status (a :class:`JobStatus` value), or None if nothing was
+        stored because the lease was lost (reaped, timed out, handed back).
+
+    Implements: seed 004 Foreman worker loop (run HandlerFunc, UpdateJobResult).
+    """
+    started = time.monotonic()
+    _log_start(job)
+    job_started.send(sender=job.job_type, job=job)
+    status: str | None
+    expired = expire_if_due(job)
+    if expired is not False:
+        status = expired  # type: ignore[assignment]
+        _log_end(job, status, started)
+        _finished(job, status)
+        return status
+    try:
+        desc = get_job_description(job.job_type)
+    except UnknownJobType as exc:
+        status = storage.fail(job, exc, retryable=False)
+        logger.error("unknown job type jid=%s type=%s", job.jid, job.job_type)
+        _log_end(job, status, started)
+        _finished(job, status)
+        return status
+    handler = apply_middleware(_sync_handler(desc.handler), middleware)
+    error: BaseException | None = None
+    result: Any = None
+    try:
+        result = handler(job.payload, ctx)
+    except Exception as exc:  # noqa: BLE001 (stored as the attempt's failure)
+        error = exc
+    finally:
+        close_old_connections()
+    if ctx.lease_lost:
+        # Timed out, handed back or reaped meanwhile: the outcome is not ours to store.
+        logger.warning(
+            "job outcome dropped, lease lost jid=%s type=%s attempt=%s",
+            job.jid,
+            job.job_type,
+            job.attempt,
+        )
+        return None
+    if ctx.cancelled:
+        status = JobStatus.CANCELLED if storage.finish_cancelled(job) else None
+    elif error is not None:
+        retryable = not isinstance(error, NonRetryableError)
+        status = storage.fail(job, error, retryable=retryable)
+        logger.error(
+            "job failed jid=%s type=%s attempt=%s status=%s",
+            job.jid,
+            job.job_type,
+            job.attempt,
+            status,
+            exc_info=None if job.secure else error,
+        )
+    else:
+        try:
+            status = JobStatus.DONE if storage.complete(job, result) else None
+        except (TypeError, ValueError) as exc:  # the result is not JSON
+            status = storage.fail(
+                job,
+                exc,
+                message=f"the handler's result is not JSON ({type(exc).__name__}); "
+                "return dicts, lists, strings, numbers, booleans or None",
+                retryable=False,
+            )
+    _log_end(job, status, started)
+    _finished(job, status)
+    return status
+
+
+def time_out(job: Job, ctx: JobContext, *, started: float) -> str | None:
+    """Store a failed attempt of ``job`` that ran past its ``timeout_ms``.
+
+    The handler's thread is abandoned (flagged through ``ctx``), so whatever it
+    returns later is not stored. Returns the stored status or None if the lease
+    was lost.
+    """
+    ctx.mark_lease_lost()
+    exc = TimeoutError(
+        f"job {job.jid} ran past its timeout of {job.timeout_ms} ms; raise timeout_ms "
+        "or make the handler faster"
+    )
+    status = storage.fail(job, exc, message=f"TimeoutError: {exc}")
+    logger.error(
+        "job timed out jid=%s type=%s attempt=%s timeout_ms=%s status=%s",
+        job.jid,
+        job.job_type,
+        job.attempt,
+        job.timeout_ms,
+        status,
+    )
+    _log_end(job, status, started)
+    _finished(job, status)
+    return status

@@ -1,0 +1,530 @@
+"""The foreman: the worker threads of one process (seed 004 Foreman).
+
+One foreman runs in the thread that calls :meth:`Foreman.run` and owns:
+
+- **worker slots**, spawned on demand up to ``concurrency`` by the
+  :class:`~django_jobqueue.worker.governor.Governor`. A slot is a supervising
+  thread plus a *runner* thread that claims a job, runs its handler and stores
+  the outcome. The supervisor watches the job's ``timeout_ms``: past it, the
+  attempt is stored as failed and the slot gets a fresh runner (Python cannot
+  kill the stuck thread; it is abandoned and its late outcome is not stored).
+  Idle slots sleep the governor's adaptive sleep, or until a wake-up.
+- **a heartbeat thread** that extends the leases of running jobs every
+  ``heartbeat_ms`` and flags lost leases and cancel requests on their contexts;
+- **a housekeeping thread** that returns expired leases to the queue
+  (:func:`storage.reap_expired`, every ``lease_ms / 2``) and turns due schedules
+  into jobs (``django_jobqueue.schedules.materialize_due``, about every second,
+  when that module exists);
+- **a listener thread** (PostgreSQL) that ``LISTEN``\\s for wake-ups, and a relay of
+  the in-process :data:`~django_jobqueue.worker.wakeup.local_event`.
+
+Shutdown (seed 004 Strike): :meth:`Foreman.stop` (the first SIGTERM/SIGINT) stops
+claiming and lets running jobs finish for up to ``shutdown_timeout_ms``; then the
+unfinished ones are handed back to the queue (:func:`storage.hand_back`). A second
+call (signal) hands them back at once. No job is lost either way, and a job whose
+worker died is taken back by any foreman once its lease expires.
+
+Burst mode drains what is due now and returns when nothing is due and nothing runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from django.db import close_old_connections, connections
+
+from .. import storage
+from ..conf import get_config
+from ..models import Job
+from ..registry import registered_job_types
+from . import executor, wakeup
+from .context import JobContext
+from .governor import Governor
+from .middleware import Middleware, load_middleware
+
+__all__ = ["Foreman", "ForemanOptions"]
+
+logger = logging.getLogger(__name__)
+
+_SCHEDULE_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class ForemanOptions:
+    """Settings of one foreman (seed 004 QueueConfig); None: the ``JOBQUEUE`` value."""
+
+    #: Database alias of the jobs; None: ``JOBQUEUE["DATABASE"]`` or the routers'.
+    using: str | None = None
+    #: Queues to claim from; None or empty: every queue.
+    queues: tuple[str, ...] | None = None
+    #: Most worker threads (seed 004 Concurrent).
+    concurrency: int | None = None
+    #: Pause of a worker between two jobs, ms (seed 004 BreakTime).
+    break_time_ms: int | None = None
+    #: Least time between two spawns, ms (seed 004 RampTime).
+    ramp_time_ms: int | None = None
+    #: Idle sleep bounds, ms.
+    min_sleep_ms: int | None = None
+    max_sleep_ms: int | None = None
+    #: Lease of a claimed job, ms.
+    lease_ms: int | None = None
+    #: Heartbeat interval, ms; None: ``HEARTBEAT_MS``, at most a third of the lease.
+    heartbeat_ms: int | None = None
+    #: Grace period of a graceful shutdown, ms.
+    shutdown_timeout_ms: int | None = None
+    #: Drain what is due and return.
+    burst: bool = False
+    #: Middleware dotted paths; None: ``JOBQUEUE["MIDDLEWARE"]``.
+    middleware: tuple[str, ...] | None = None
+
+
+@dataclass
+class _Running:
+    job: Job
+    ctx: JobContext
+    started: float
+    deadline: float
+
+
+class _Slot:
+    """What a worker slot's runner is doing now, seen by its supervisor."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.current: _Running | None = None
+
+
+class Foreman:
+    """Run worker threads that claim and run jobs until stopped (or drained).
+
+    Parameters
+    ----------
+    options:
+        A :class:`ForemanOptions`; any field left None takes its ``JOBQUEUE`` value.
+
+    Raises
+    ------
+    ImproperlyConfiguredJobQueue
+        If ``JOBQUEUE`` or a middleware path is invalid.
+
+    Implements: seed 004 "type Foreman" (Serve, Strike, AddMiddleware) and
+    NewForeman.
+    """
+
+    def __init__(self, options: ForemanOptions | None = None) -> None:
+        from ..enqueue import jobs_database
+
+        options = options or ForemanOptions()
+        config = get_config()
+
+        def pick(value: int | None, default: int) -> int:
+            return default if value is None else value
+
+        self.using = options.using or jobs_database()
+        self.queues = tuple(options.queues) if options.queues else None
+        self.concurrency = pick(options.concurrency, config.CONCURRENCY)
+        self.break_time_ms = pick(options.break_time_ms, config.BREAK_TIME_MS)
+        self.ramp_time_ms = pick(options.ramp_time_ms, config.RAMP_TIME_MS)
+        self.min_sleep_ms = pick(options.min_sleep_ms, config.MIN_SLEEP_MS)
+        self.max_sleep_ms = max(self.min_sleep_ms, pick(options.max_sleep_ms, config.MAX_SLEEP_MS))
+        self.lease_ms = pick(options.lease_ms, config.LEASE_MS)
+        self.heartbeat_ms = max(
+            10, min(pick(options.heartbeat_ms, config.HEARTBEAT_MS), self.lease_ms // 3)
+        )
+        self.shutdown_timeout_ms = pick(options.shutdown_timeout_ms, config.SHUTDOWN_TIMEOUT_MS)
+        self.burst = options.burst
+        paths = config.MIDDLEWARE if options.middleware is None else options.middleware
+        self.middleware: tuple[Middleware, ...] = load_middleware(paths)
+        limits = {
+            name: desc.concurrent
+            for name, desc in registered_job_types().items()
+            if desc.concurrent is not None
+        }
+        self.governor = Governor(
+            self.concurrency,
+            min_sleep_ms=self.min_sleep_ms,
+            max_sleep_ms=self.max_sleep_ms,
+            ramp_time_ms=self.ramp_time_ms,
+            concurrent=limits,
+        )
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self._stopping = threading.Event()
+        self._forced = threading.Event()
+        self._done = threading.Event()
+        self._cond = threading.Condition()
+        self._wake_gen = 0
+        self._claim_lock = threading.Lock()
+        self._running: dict[int, _Running] = {}
+        self._running_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._slot_seq = 0
+        self._idle_exit = threading.Event()
+        #: Jobs this foreman ran to a stored outcome, by status (for summaries and tests).
+        self.stats: dict[str, int] = {}
+        self._stats_lock = threading.Lock()
+
+    # Control -------------------------------------------------------------------
+
+    def stop(self, *, force: bool = False) -> None:
+        """Stop claiming; running jobs get ``shutdown_timeout_ms`` (none if ``force``).
+
+        A second call forces. Thread- and signal-safe.
+
+        Implements: seed 004 Foreman.Strike.
+        """
+        if self._stopping.is_set() or force:
+            self._forced.set()
+        self._stopping.set()
+        self._kick()
+
+    def wake(self, queue: str = "") -> None:
+        """Wake idle workers now: a job was enqueued (``queue`` is informative)."""
+        if self.queues and queue and queue not in self.queues:
+            return
+        self.governor.woken()
+        self._kick()
+
+    def _kick(self) -> None:
+        with self._cond:
+            self._wake_gen += 1
+            self._cond.notify_all()
+
+    def _wait(self, seconds: float) -> None:
+        with self._cond:
+            gen = self._wake_gen
+            self._cond.wait_for(
+                lambda: self._wake_gen != gen or self._stopping.is_set(), timeout=seconds
+            )
+
+    def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self._stopping.is_set():
+            logger.warning("%s again: handing running jobs back now", name)
+        else:
+            logger.warning(
+                "%s: stopping; running jobs get %d ms to finish (send it again to force)",
+                name,
+                self.shutdown_timeout_ms,
+            )
+        self.stop()
+
+    # Main loop -----------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> dict[str, int]:
+        """Run until :meth:`stop` (or, in burst mode, until nothing is due or running).
+
+        Parameters
+        ----------
+        install_signals:
+            Handle SIGTERM/SIGINT (first: drain, second: force) when called from the
+            main thread.
+
+        Returns
+        -------
+        dict[str, int]
+            Jobs this foreman stored an outcome for, by status.
+
+        Implements: seed 004 Foreman.Serve.
+        """
+        previous: dict[int, Any] = {}
+        if install_signals and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                previous[signum] = signal.signal(signum, self._handle_signal)
+        logger.info(
+            "foreman started name=%s queues=%s concurrency=%d lease_ms=%d burst=%s",
+            self.name,
+            ",".join(self.queues) if self.queues else "*",
+            self.concurrency,
+            self.lease_ms,
+            self.burst,
+        )
+        helpers = [
+            threading.Thread(target=self._heartbeat_loop, name="jq-heartbeat", daemon=True),
+            threading.Thread(target=self._housekeeping_loop, name="jq-housekeeping", daemon=True),
+            threading.Thread(target=self._relay_local_wakeups, name="jq-relay", daemon=True),
+            threading.Thread(
+                target=wakeup.listen,
+                args=(self.using, self.wake, self._done),
+                name="jq-listen",
+                daemon=True,
+            ),
+        ]
+        for thread in helpers:
+            thread.start()
+        try:
+            if self.burst:
+                self._reap()
+            self._dispatch()
+            self._drain()
+        finally:
+            self._done.set()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            for thread in helpers:
+                thread.join(timeout=2)
+            connections.close_all()
+        logger.info("foreman stopped name=%s stats=%s", self.name, self.stats)
+        return dict(self.stats)
+
+    def _dispatch(self) -> None:
+        tick = max(self.ramp_time_ms, 10) / 1000
+        while not self._stopping.is_set():
+            if self.burst and self._idle_exit.is_set() and self.governor.workers == 0:
+                # Every worker went idle: done unless something became due meanwhile.
+                self._reap()
+                if not self._anything_due():
+                    return
+                self._idle_exit.clear()
+                self.governor.found_job()
+            while not self._stopping.is_set() and self.governor.spawn():
+                self._start_slot()
+            self._wait(tick)
+
+    def _anything_due(self) -> bool:
+        due = Job.objects.using(self.using).due()
+        if self.queues:
+            due = due.filter(queue__in=self.queues)
+        return due.exists()
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
+        while not self._forced.is_set() and time.monotonic() < deadline:
+            alive = [t for t in self._threads if t.is_alive()]
+            if not alive:
+                break
+            self._wait(0.05)
+        left = self._snapshot()
+        for running in left:
+            running.ctx.mark_lease_lost()
+            if storage.hand_back(running.job, message="handed back at worker shutdown"):
+                self._count("handed_back")
+                logger.warning(
+                    "job handed back at shutdown jid=%s type=%s attempt=%s",
+                    running.job.jid,
+                    running.job.job_type,
+                    running.job.attempt,
+                )
+
+    def _snapshot(self) -> list[_Running]:
+        with self._running_lock:
+            return list(self._running.values())
+
+    def _count(self, status: str) -> None:
+        with self._stats_lock:
+            self.stats[str(status)] = self.stats.get(str(status), 0) + 1
+
+    # Worker slots --------------------------------------------------------------
+
+    def _start_slot(self) -> None:
+        self._slot_seq += 1
+        name = f"jq-worker-{self._slot_seq}"
+        thread = threading.Thread(target=self._slot_loop, args=(name,), name=name, daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()]
+        self._threads.append(thread)
+        thread.start()
+
+    def _slot_loop(self, name: str) -> None:
+        slot = _Slot()
+        runner = executor.Runner(f"{name}-runner")
+        counted = True
+        try:
+            while not self._stopping.is_set():
+                call = runner.submit(lambda: self._cycle(slot, name))
+                timed_out = self._supervise(call, slot)
+                if timed_out:
+                    runner.abandon()
+                    runner = executor.Runner(f"{name}-runner")
+                    continue
+                if call.error is not None:
+                    logger.error("worker cycle failed worker=%s", name, exc_info=call.error)
+                    self._wait(self.max_sleep_ms / 1000)
+                    continue
+                if call.value:
+                    if self.break_time_ms:
+                        self._stopping.wait(self.break_time_ms / 1000)
+                    continue
+                # Found nothing.
+                sleep_ms = self.governor.no_job()
+                if self.burst:
+                    self._idle_exit.set()
+                    break
+                if self.governor.retire():
+                    counted = False
+                    break
+                self._wait(sleep_ms / 1000)
+        finally:
+            runner.abandon()
+            if counted:
+                self.governor.worker_exited()
+            self._kick()
+
+    def _supervise(self, call: Any, slot: _Slot) -> bool:
+        """Wait for ``call``; return True if its job ran past its timeout (stored so)."""
+        while not call.done.wait(0.25):
+            with slot.lock:
+                running = slot.current
+            if running is None or time.monotonic() < running.deadline:
+                continue
+            with slot.lock:
+                if slot.current is not running:
+                    continue
+                slot.current = None
+            self._unregister(running)
+            status = executor.time_out(running.job, running.ctx, started=running.started)
+            if status is not None:
+                self._count(status)
+            close_old_connections()
+            return True
+        return False
+
+    def _claim(self, worker: str) -> Job | None:
+        kwargs: dict[str, Any] = {
+            "owner": worker,
+            "limit": 1,
+            "queues": self.queues,
+            "lease_ms": self.lease_ms,
+        }
+        if not self.governor.concurrent:
+            jobs = storage.claim(self.using, **kwargs)
+            if jobs:
+                self.governor.add_job(jobs[0].job_type)
+            return jobs[0] if jobs else None
+        with self._claim_lock:
+            jobs = storage.claim(self.using, exclude_types=self.governor.excluded_types(), **kwargs)
+            if jobs:
+                self.governor.add_job(jobs[0].job_type)
+            return jobs[0] if jobs else None
+
+    def _cycle(self, slot: _Slot, name: str) -> bool:
+        """In the runner thread: claim one job and run it; return whether one was found."""
+        close_old_connections()
+        worker = f"{self.name}:{name}"
+        job = self._claim(worker)
+        if job is None:
+            return False
+        self.governor.found_job()
+        if self.governor.workers < self.concurrency:
+            self._kick()
+        ctx = JobContext(job, worker=worker, lease_ms=self.lease_ms)
+        now = time.monotonic()
+        running = _Running(job=job, ctx=ctx, started=now, deadline=now + job.timeout_ms / 1000)
+        with self._running_lock:
+            self._running[job.pk] = running
+        try:
+            if self._stopping.is_set():
+                # Claimed while shutting down: give it back unrun.
+                ctx.mark_lease_lost()
+                storage.hand_back(job, message="handed back at worker shutdown")
+                return True
+            with slot.lock:
+                slot.current = running
+            status = executor.execute(job, ctx, middleware=self.middleware)
+            if status is not None:
+                self._count(status)
+            return True
+        finally:
+            with slot.lock:
+                if slot.current is running:
+                    slot.current = None
+            self._unregister(running)
+            close_old_connections()
+
+    def _unregister(self, running: _Running) -> None:
+        with self._running_lock:
+            if self._running.get(running.job.pk) is running:
+                del self._running[running.job.pk]
+                self.governor.del_job(running.job.job_type)
+
+    # Helper threads ------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        try:
+            while not self._done.wait(self.heartbeat_ms / 1000):
+                running = self._snapshot()
+                if not running:
+                    continue
+                try:
+                    alive, cancel = storage.heartbeat(
+                        [r.job for r in running], lease_ms=self.lease_ms
+                    )
+                except Exception:
+                    logger.warning("heartbeat failed", exc_info=True)
+                    close_old_connections()
+                    continue
+                for r in running:
+                    if r.job.pk in cancel:
+                        r.ctx.mark_cancelled()
+                    if r.job.pk not in alive and not r.ctx.lease_lost:
+                        r.ctx.mark_lease_lost()
+                        logger.warning(
+                            "lease lost jid=%s type=%s attempt=%s",
+                            r.job.jid,
+                            r.job.job_type,
+                            r.job.attempt,
+                        )
+                close_old_connections()
+        finally:
+            connections.close_all()
+
+    def _reap(self) -> int:
+        try:
+            reaped = storage.reap_expired(self.using)
+        except Exception:
+            logger.warning("reaping expired leases failed", exc_info=True)
+            return 0
+        if reaped:
+            self.wake()
+        return reaped
+
+    def _materialize_schedules(self) -> None:
+        try:
+            from ..schedules import materialize_due
+        except ImportError:
+            return
+        try:
+            made = materialize_due(self.using)
+        except Exception:
+            logger.warning("materializing due schedules failed", exc_info=True)
+            return
+        if made:
+            self.wake()
+
+    def _housekeeping_loop(self) -> None:
+        reap_every = max(self.lease_ms / 2000, 0.1)
+        next_reap = time.monotonic() + reap_every
+        try:
+            while not self._done.is_set():
+                if not self._stopping.is_set():
+                    self._materialize_schedules()
+                    if time.monotonic() >= next_reap:
+                        self._reap()
+                        next_reap = time.monotonic() + reap_every
+                close_old_connections()
+                self._done.wait(min(_SCHEDULE_EVERY_S, reap_every))
+        finally:
+            connections.close_all()
+
+    def _relay_local_wakeups(self) -> None:
+        while not self._done.is_set():
+            if wakeup.local_event.wait(0.5):
+                wakeup.local_event.clear()
+                self.wake()
+
+
+def run_foreman(
+    *, queues: Sequence[str] | None = None, burst: bool = False, **options: Any
+) -> dict[str, int]:
+    """Build a :class:`Foreman` from keyword options and run it; return its stats."""
+    foreman = Foreman(
+        ForemanOptions(queues=tuple(queues) if queues else None, burst=burst, **options)
+    )
+    return foreman.run()

@@ -1,0 +1,193 @@
+"""The governor: when a foreman spawns a worker thread and how long idle workers sleep.
+
+Policy (seed 004 LocalOndemandGovernor):
+
+- **Spawn on demand.** A foreman starts with no worker. :meth:`Governor.spawn`
+  allows one more worker while ``workers < max_workers``, at most one per
+  ``ramp_time_ms`` (seed 004 RampTime), and only while there is demand: no worker
+  runs yet, or the last claim found a job (the queue is not idle).
+- **Adaptive idle sleep.** Each claim that finds nothing (:meth:`no_job`) doubles
+  the sleep, ``sleep = min(max_sleep_ms, max(min_sleep_ms, 2 * sleep))``; a claim
+  that finds a job (:meth:`found_job`) or a wake-up snaps it back to
+  ``min_sleep_ms``.
+- **Shrink when idle.** An idle worker retires (:meth:`retire`) while other
+  workers remain, so an idle foreman keeps one polling worker.
+- **Per-type limit.** A job type with ``concurrent = n`` runs at most ``n`` jobs at
+  once in one foreman: :meth:`excluded_types` lists the types at their limit, and
+  the claim skips them (seed 004 Governor.Spawn's ignore list).
+
+The governor holds no database state; every method is thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+__all__ = ["Governor"]
+
+
+class Governor:
+    """Decide spawns, idle sleep and per-type limits of one foreman.
+
+    Parameters
+    ----------
+    max_workers:
+        Most worker threads (seed 004 QueueConfig.Concurrent), >= 1.
+    min_sleep_ms, max_sleep_ms:
+        Bounds of the idle sleep, ms.
+    ramp_time_ms:
+        Least time between two spawns, ms (seed 004 RampTime).
+    concurrent:
+        Per job type, most jobs running at once (seed 004 JobDescription.Concurrent);
+        a type missing here has no limit but the worker count.
+    clock:
+        Monotonic clock in seconds (tests pass a fake one).
+
+    Implements: seed 004 "type LocalOndemandGovernor", NewLocalOndemandGovernor.
+    """
+
+    def __init__(
+        self,
+        max_workers: int,
+        *,
+        min_sleep_ms: int,
+        max_sleep_ms: int,
+        ramp_time_ms: int = 0,
+        concurrent: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1: got {max_workers!r}.")
+        if not 0 < min_sleep_ms <= max_sleep_ms:
+            raise ValueError(
+                f"min_sleep_ms must be > 0 and <= max_sleep_ms: got {min_sleep_ms!r} "
+                f"and {max_sleep_ms!r}."
+            )
+        self.max_workers = max_workers
+        self.min_sleep_ms = min_sleep_ms
+        self.max_sleep_ms = max_sleep_ms
+        self.ramp_time_ms = ramp_time_ms
+        self.concurrent: dict[str, int] = dict(concurrent or {})
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._sleep_ms = min_sleep_ms
+        self._workers = 0
+        self._running: dict[str, int] = {}
+        self._demand = True
+        self._last_spawn: float | None = None
+
+    # Workers ---------------------------------------------------------------
+
+    @property
+    def workers(self) -> int:
+        """Worker threads alive now (seed 004 GetCounter)."""
+        return self._workers
+
+    def spawn(self) -> bool:
+        """Return whether to start one more worker now, and count it if so.
+
+        Implements: seed 004 LocalOndemandGovernor.Spawn.
+        """
+        with self._lock:
+            if self._workers >= self.max_workers:
+                return False
+            if self._workers and not self._demand:
+                return False
+            now = self._clock()
+            if (
+                self._workers
+                and self._last_spawn is not None
+                and (now - self._last_spawn) * 1000 < self.ramp_time_ms
+            ):
+                return False
+            self._workers += 1
+            self._last_spawn = now
+            return True
+
+    def retire(self) -> bool:
+        """Return whether an idle worker should exit now, and uncount it if so.
+
+        The last worker never retires: it keeps polling.
+        """
+        with self._lock:
+            if self._workers > 1:
+                self._workers -= 1
+                return True
+            return False
+
+    def worker_exited(self) -> None:
+        """Uncount a worker that exits for another reason (shutdown, burst, crash)."""
+        with self._lock:
+            self._workers = max(0, self._workers - 1)
+
+    # Sleep -------------------------------------------------------------------
+
+    @property
+    def sleep_ms(self) -> int:
+        """The current idle sleep, ms."""
+        return self._sleep_ms
+
+    def no_job(self) -> int:
+        """Record a claim that found nothing; return the (grown) idle sleep in ms.
+
+        Implements: seed 004 LocalOndemandGovernor.NoJob.
+        """
+        with self._lock:
+            self._demand = False
+            self._sleep_ms = min(self.max_sleep_ms, max(self.min_sleep_ms, self._sleep_ms * 2))
+            return self._sleep_ms
+
+    def found_job(self) -> None:
+        """Record a claim that found a job: snap the sleep back, allow spawns."""
+        with self._lock:
+            self._demand = True
+            self._sleep_ms = self.min_sleep_ms
+
+    def woken(self) -> None:
+        """Record a wake-up (NOTIFY or in-process): a job may be waiting."""
+        self.found_job()
+
+    # Per-type limits ---------------------------------------------------------
+
+    def add_job(self, job_type: str) -> None:
+        """Count a running job of ``job_type`` (seed 004 AddJob)."""
+        with self._lock:
+            self._running[job_type] = self._running.get(job_type, 0) + 1
+
+    def del_job(self, job_type: str) -> None:
+        """Uncount a finished job of ``job_type`` (seed 004 DelJob)."""
+        with self._lock:
+            left = self._running.get(job_type, 0) - 1
+            if left > 0:
+                self._running[job_type] = left
+            else:
+                self._running.pop(job_type, None)
+
+    def running(self, job_type: str) -> int:
+        """Return how many jobs of ``job_type`` run now."""
+        return self._running.get(job_type, 0)
+
+    def excluded_types(self) -> list[str]:
+        """Return the job types at their ``concurrent`` limit, not to be claimed now."""
+        with self._lock:
+            return sorted(
+                name
+                for name, limit in self.concurrent.items()
+                if self._running.get(name, 0) >= limit
+            )
+
+    def try_add_job(self, job_type: str) -> bool:
+        """Count a job of ``job_type`` if under its limit; return False if at it.
+
+        Two workers may claim the last free slot of a type at once; the loser
+        hands its job back.
+        """
+        with self._lock:
+            limit = self.concurrent.get(job_type)
+            running = self._running.get(job_type, 0)
+            if limit is not None and running >= limit:
+                return False
+            self._running[job_type] = running + 1
+            return True

@@ -1,0 +1,154 @@
+"""The supervisor: N foreman processes under one parent (``runworkers --processes N``).
+
+The parent closes its database connections, then starts N child processes
+(``fork`` where the platform has it, else ``spawn``); each child closes whatever
+connections it inherited and runs one :class:`~django_jobqueue.worker.foreman.Foreman`.
+A child that crashes (exits non-zero or by a signal the parent did not send) is
+restarted after a pause; in burst mode a child that exits 0 has drained and is
+not restarted, and the parent returns when every child has. SIGTERM/SIGINT to the
+parent is passed to every child (first: drain, second: force).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any
+
+from django.db import connections
+
+__all__ = ["Supervisor"]
+
+logger = logging.getLogger(__name__)
+
+_RESTART_PAUSE_S = 1.0
+#: A burst child that crashes this many times makes the supervisor give up.
+_BURST_MAX_CRASHES = 5
+
+
+def _child_main(options: dict[str, Any], log_level: int) -> None:
+    import django
+    from django.apps import apps
+
+    if not apps.ready:  # spawn start method: a fresh interpreter
+        django.setup()
+    if hasattr(os, "setpgrp"):
+        # Terminal Ctrl-C reaches the parent only, which passes it on once.
+        os.setpgrp()
+    # A forked child must not use (or close over the wire) its parent's sockets.
+    for conn in connections.all(initialized_only=True):
+        conn.connection = None
+    connections.close_all()
+    logging.getLogger("django_jobqueue").setLevel(log_level)
+
+    from .foreman import Foreman, ForemanOptions
+
+    Foreman(ForemanOptions(**options)).run()
+
+
+class Supervisor:
+    """Run ``processes`` foremen in child processes and restart those that crash.
+
+    Parameters
+    ----------
+    processes:
+        Number of child processes, >= 1.
+    options:
+        Keyword arguments of :class:`~django_jobqueue.worker.foreman.ForemanOptions`
+        for every child.
+    log_level:
+        Level of the ``django_jobqueue`` logger in the children.
+
+    Implements: seed 004 Foreman.Serve, run as several processes.
+    """
+
+    def __init__(self, processes: int, options: dict[str, Any], *, log_level: int) -> None:
+        self.processes = processes
+        self.options = options
+        self.log_level = log_level
+        methods = multiprocessing.get_all_start_methods()
+        self._mp = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        self._children: dict[int, BaseProcess] = {}
+        self._stopping = threading.Event()
+        self._signals_sent = 0
+        self._crashes = [0] * processes
+
+    def _start(self, index: int) -> None:
+        connections.close_all()
+        process = self._mp.Process(
+            target=_child_main,
+            args=(self.options, self.log_level),
+            name=f"jq-foreman-{index}",
+            daemon=False,
+        )
+        process.start()
+        self._children[index] = process
+        logger.info("foreman process started index=%d pid=%s", index, process.pid)
+
+    def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stopping.set()
+        self._signals_sent += 1
+        for process in self._children.values():
+            if process.is_alive() and process.pid is not None:
+                try:
+                    os.kill(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def run(self) -> int:
+        """Run the children until they all return (burst) or a signal; return an exit code.
+
+        Returns
+        -------
+        int
+            0 when every child exited cleanly, 1 when a burst child kept crashing.
+        """
+        burst = bool(self.options.get("burst"))
+        previous = {
+            signum: signal.signal(signum, self._handle_signal)
+            for signum in (signal.SIGTERM, signal.SIGINT)
+        }
+        finished: set[int] = set()
+        code = 0
+        try:
+            for index in range(self.processes):
+                self._start(index)
+            while True:
+                for index, process in list(self._children.items()):
+                    if index in finished or process.is_alive():
+                        continue
+                    process.join()
+                    exitcode = process.exitcode
+                    if self._stopping.is_set() or (burst and exitcode == 0):
+                        finished.add(index)
+                        continue
+                    self._crashes[index] += 1
+                    logger.error(
+                        "foreman process crashed index=%d pid=%s exitcode=%s; restarting",
+                        index,
+                        process.pid,
+                        exitcode,
+                    )
+                    if burst and self._crashes[index] >= _BURST_MAX_CRASHES:
+                        finished.add(index)
+                        code = 1
+                        continue
+                    time.sleep(_RESTART_PAUSE_S)
+                    if not self._stopping.is_set():
+                        self._start(index)
+                if len(finished) == len(self._children) or (
+                    self._stopping.is_set()
+                    and not any(p.is_alive() for p in self._children.values())
+                ):
+                    break
+                time.sleep(0.1)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        return code

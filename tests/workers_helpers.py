@@ -1,0 +1,119 @@
+"""Run real workers from tests: ``runworkers`` subprocesses, or a foreman in-process.
+
+Subprocesses use the *test* database pytest-django created: their environment
+carries ``DATABASE_URL`` pointing at it (see ``tests.conftest.database_url``), and
+``JOBQUEUE_TEST_JOBQUEUE`` carries the test process's current ``JOBQUEUE`` setting
+as JSON (so ``override_settings(JOBQUEUE=...)`` reaches them; tests/settings.py
+reads it). Use them only in ``django_db(transaction=True)`` tests: a subprocess
+sees committed rows only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from tests.conftest import database_url
+
+__all__ = ["drain", "run_workers", "worker_env"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Return the environment of a worker subprocess on the current test database."""
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "JOBQUEUE_TEST_JOBQUEUE": json.dumps(getattr(settings, "JOBQUEUE", {})),
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
+
+
+def run_workers(
+    *args: str,
+    timeout_s: float | None = 120,
+    env: Mapping[str, str] | None = None,
+    wait: bool = True,
+    capture: bool = True,
+) -> Any:
+    """Run ``python -m django runworkers *args`` against the current test database.
+
+    Parameters
+    ----------
+    *args:
+        Command-line options, e.g. ``"--burst", "--concurrency", "8"``.
+    timeout_s:
+        With ``wait``: kill the process and raise ``subprocess.TimeoutExpired`` after
+        this many seconds.
+    env:
+        Extra environment variables.
+    wait:
+        True: wait for the exit and return the ``subprocess.CompletedProcess``
+        (``returncode``, ``stdout``, ``stderr`` as text). False: return the running
+        ``subprocess.Popen`` at once (signal it with ``.send_signal``; its output goes
+        to pipes when ``capture``, so read them with ``.communicate()``).
+    capture:
+        Capture stdout/stderr (else they go to the test's own streams).
+    """
+    command = [sys.executable, "-m", "django", "runworkers", *args]
+    pipe = subprocess.PIPE if capture else None
+    if wait:
+        return subprocess.run(  # noqa: S603 (our own interpreter and command)
+            command,
+            cwd=ROOT,
+            env=worker_env(env),
+            stdout=pipe,
+            stderr=pipe,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    return subprocess.Popen(  # noqa: S603 (our own interpreter and command)
+        command, cwd=ROOT, env=worker_env(env), stdout=pipe, stderr=pipe, text=True
+    )
+
+
+def drain(
+    queues: Sequence[str] | None = None, concurrency: int = 4, **options: Any
+) -> dict[str, int]:
+    """Run a foreman in burst mode in this process until nothing is due or running.
+
+    Parameters
+    ----------
+    queues:
+        Queues to drain (None: every queue).
+    concurrency:
+        Worker threads.
+    **options:
+        Other :class:`~django_jobqueue.worker.foreman.ForemanOptions` fields
+        (``lease_ms``, ``middleware``, ...).
+
+    Returns
+    -------
+    dict[str, int]
+        Outcomes stored by this foreman, by status (``{"done": 10, "retry": 2}``).
+    """
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    options.setdefault("min_sleep_ms", 5)
+    options.setdefault("max_sleep_ms", 50)
+    options.setdefault("ramp_time_ms", 0)
+    foreman = Foreman(
+        ForemanOptions(
+            queues=tuple(queues) if queues else None,
+            concurrency=concurrency,
+            burst=True,
+            **options,
+        )
+    )
+    return foreman.run(install_signals=False)
