@@ -403,21 +403,43 @@ def _create(spec: JobSpec, timeout_ms: int) -> EnqueueResult:
     holder = _live_holder(spec)  # seed 004 CheckDuplicateJob: cheap, lock-free
     if holder is not None:
         return _answer_holder(spec, holder)
-    try:
-        with locks.creation_lock(spec.using, names, timeout_ms=timeout_ms):
+    for attempt in range(1, _INTEGRITY_RETRIES + 1):
+        try:
+            with locks.creation_lock(spec.using, names, timeout_ms=timeout_ms):
+                holder = _live_holder(spec)
+                if holder is not None:
+                    # Leave by an exception: the savepoint rolls back, which frees a
+                    # PostgreSQL lock now rather than when the caller's transaction ends.
+                    raise _Held(holder)
+                _clear_stale_holds(spec)
+                Job.objects.using(spec.using).create(**spec.model_fields(jid))
+        except _Held as held:
+            return _answer_holder(spec, held.holder)
+        except IntegrityError:
+            # The unique index caught a creator the locks let through: answer it.
             holder = _live_holder(spec)
             if holder is not None:
                 return _answer_holder(spec, holder)
-            _clear_stale_holds(spec)
-            Job.objects.using(spec.using).create(**spec.model_fields(jid))
-    except IntegrityError:
-        # The unique index caught a creator the locks let through: answer it.
-        holder = _live_holder(spec)
-        if holder is None:
-            raise
-        return _answer_holder(spec, holder)
+            # Its hold ended before we could see it (done, rolled back): try again.
+            if attempt == _INTEGRITY_RETRIES or connections[spec.using].needs_rollback:
+                raise
+            logger.info("hold gone after a unique violation, retrying queue=%s", spec.queue)
+            continue
+        break
     _wake(spec)
     return EnqueueResult(status="enqueued", jid=jid)
+
+
+#: Creations retried when the unique index refused an insert whose holder is gone.
+_INTEGRITY_RETRIES = 3
+
+
+class _Held(Exception):  # noqa: N818 - control flow, never leaves this module
+    """A live holder found under the creation lock: leave the lock's savepoint."""
+
+    def __init__(self, holder: tuple[str, str]) -> None:
+        super().__init__(holder)
+        self.holder = holder
 
 
 def _wake(spec: JobSpec) -> None:

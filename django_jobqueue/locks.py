@@ -15,7 +15,17 @@ inside :func:`creation_lock`, which serialises all creators of the same names:
   (seed 004's leak came from releasing on a handle that had committed). Names are
   ``jq:`` plus 48 hex digits of SHA-256 (51 characters, under MySQL's 64).
 - **SQLite**: no named lock exists or is needed: a write transaction serialises all
-  writers. "database is locked" is retried by the caller within the lock timeout.
+  writers. Creation always opens it with ``BEGIN IMMEDIATE`` (whatever the
+  connection's ``transaction_mode``) and waits for it at most the lock timeout
+  (``PRAGMA busy_timeout``); "database is locked" is retried by the caller within
+  the lock timeout.
+
+Before any of these, a thread takes the in-process *stripes* of the names (64
+``threading.Lock``s chosen by the names' hashes, in ascending stripe order), so
+threads of one process that create the same id queue up here rather than in the
+database. It is an optimisation only: the database lock is the guarantee. A thread
+whose own transaction is open on the jobs' database takes no stripe, since it may
+hold database locks that a stripe holder waits for.
 
 Names are always taken in sorted order, so two creators never deadlock on two keys.
 When the caller's own transaction is open, PostgreSQL holds the lock until it ends;
@@ -29,7 +39,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -37,7 +49,22 @@ from django.db import DatabaseError, OperationalError, connections, transaction
 
 from .exceptions import LockTimeout
 
-__all__ = ["creation_lock", "is_lock_held", "lock_key", "mysql_lock_name", "sqlite_locked"]
+__all__ = [
+    "STRIPES",
+    "close_lock_connections",
+    "creation_lock",
+    "is_lock_held",
+    "lock_key",
+    "mysql_lock_name",
+    "sqlite_locked",
+    "stripes_of",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Number of in-process stripes (``threading.Lock``) over the creation lock names.
+STRIPES = 64
+_STRIPE_LOCKS = tuple(threading.Lock() for _ in range(STRIPES))
 
 _local = threading.local()
 
@@ -52,6 +79,15 @@ def mysql_lock_name(name: str) -> str:
     return "jq:" + hashlib.sha256(name.encode()).hexdigest()[:48]
 
 
+def stripes_of(names: Sequence[str]) -> list[int]:
+    """Return the in-process stripes of ``names``: distinct, in ascending order.
+
+    A name's stripe is its PostgreSQL lock key modulo :data:`STRIPES`, so it is the
+    same in every process and run.
+    """
+    return sorted({lock_key(name) % STRIPES for name in names})
+
+
 def sqlite_locked(exc: BaseException) -> bool:
     """Whether ``exc`` is SQLite's transient "database is locked"/"busy" error."""
     text = str(exc).lower()
@@ -63,7 +99,9 @@ def creation_lock(using: str, names: Sequence[str], *, timeout_ms: int) -> Itera
     """Hold the creation locks of ``names`` around a data transaction on ``using``.
 
     The body runs inside ``transaction.atomic(using=using)`` (a savepoint when the
-    caller's transaction is open), with every lock held.
+    caller's transaction is open), with every lock held. On PostgreSQL a body that
+    raises rolls its savepoint back, which frees the lock at once; on a normal exit
+    the lock lasts until the caller's transaction ends.
 
     Parameters
     ----------
@@ -72,27 +110,89 @@ def creation_lock(using: str, names: Sequence[str], *, timeout_ms: int) -> Itera
     names:
         Lock names, such as ``"id\\x00emails\\x00<hash>"``; taken in sorted order.
     timeout_ms:
-        How long to wait for each lock, in milliseconds.
+        How long to wait for all the locks together (stripes, then the database's),
+        in milliseconds.
 
     Raises
     ------
     LockTimeout
         If a lock was not granted within ``timeout_ms``. Nothing was written.
 
-    Implements: seed 004 "Duplicate-job locking" (CreateJob/InjectJob).
+    Implements: seed 004, "Duplicate-job locking" (CreateJob/InjectJob; Foreman's
+    striped mutex).
     """
     ordered = sorted(set(names))
-    vendor = connections[using].vendor
-    if vendor == "postgresql":
+    conn = connections[using]
+    deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+    # A thread in its own transaction may hold database locks (PostgreSQL's, SQLite's
+    # write lock, MySQL's row locks) that a stripe holder waits for: no stripe then.
+    stripes = [] if conn.in_atomic_block else stripes_of(ordered)
+    with _stripes(stripes, deadline, timeout_ms):
+        vendor = conn.vendor
+        if vendor == "postgresql":
+            with transaction.atomic(using=using):
+                _pg_lock(using, ordered, _remaining_ms(deadline))
+                yield
+        elif vendor == "mysql":
+            with (
+                _mysql_locks(using, ordered, _remaining_ms(deadline)),
+                transaction.atomic(using=using),
+            ):
+                yield
+        else:
+            with _sqlite_write_transaction(using, _remaining_ms(deadline)):
+                yield
+
+
+def _remaining_ms(deadline: float) -> int:
+    return max(int((deadline - time.monotonic()) * 1000), 1)
+
+
+@contextlib.contextmanager
+def _stripes(stripes: list[int], deadline: float, timeout_ms: int) -> Iterator[None]:
+    taken: list[threading.Lock] = []
+    try:
+        for stripe in stripes:
+            lock = _STRIPE_LOCKS[stripe]
+            if not lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
+                raise LockTimeout(
+                    f"Timed out after {timeout_ms} ms waiting for another thread of this "
+                    "process creating the same id or unique key; raise "
+                    "JOBQUEUE['LOCK_TIMEOUT_MS'] or shorten that creation."
+                )
+            taken.append(lock)
+        yield
+    finally:
+        for lock in reversed(taken):
+            lock.release()
+
+
+@contextlib.contextmanager
+def _sqlite_write_transaction(using: str, timeout_ms: int) -> Iterator[None]:
+    """Run the body in an immediate write transaction, waiting at most ``timeout_ms``."""
+    conn = connections[using]
+    if conn.in_atomic_block:  # the caller's transaction: it has its own write lock
         with transaction.atomic(using=using):
-            _pg_lock(using, ordered, timeout_ms)
             yield
-    elif vendor == "mysql":
-        with _mysql_locks(using, ordered, timeout_ms), transaction.atomic(using=using):
-            yield
-    else:
+        return
+    conn.ensure_connection()
+    mode = getattr(conn, "transaction_mode", None)
+    with conn.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        previous = cursor.fetchone()[0]
+        cursor.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+    try:
+        # Take the write lock at BEGIN, so the re-check and the insert never meet a
+        # lock upgrade that fails at once (SQLITE_BUSY_SNAPSHOT in WAL mode).
+        conn.transaction_mode = "IMMEDIATE"
         with transaction.atomic(using=using):
+            conn.transaction_mode = mode
             yield
+    finally:
+        conn.transaction_mode = mode
+        if conn.connection is not None:
+            with conn.cursor() as cursor:
+                cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")
 
 
 def _pg_lock(using: str, names: list[str], timeout_ms: int) -> None:
@@ -120,34 +220,68 @@ def _pg_lock(using: str, names: list[str], timeout_ms: int) -> None:
 
 
 def _lock_connection(using: str) -> Any:
-    """Return this thread's dedicated MySQL connection for ``using``, connected."""
+    """Return this thread's dedicated MySQL connection for ``using``, connected.
+
+    It stays open between creations (``CONN_MAX_AGE`` does not apply: it carries no
+    transaction), and is closed when an error left it unusable.
+    """
     pool: dict[str, Any] = getattr(_local, "connections", None) or {}
     _local.connections = pool
     wrapper = pool.get(using)
     if wrapper is None:
         wrapper = connections.create_connection(using)
         pool[using] = wrapper
-    wrapper.close_if_unusable_or_obsolete()
+    if wrapper.connection is not None and wrapper.errors_occurred and not wrapper.is_usable():
+        wrapper.close()
+    wrapper.errors_occurred = False
     wrapper.ensure_connection()
     return wrapper
 
 
+def close_lock_connections() -> None:
+    """Close this thread's dedicated MySQL lock connections (a thread about to end).
+
+    Closing a connection frees any lock it holds; none is held between creations.
+    """
+    pool: dict[str, Any] = getattr(_local, "connections", None) or {}
+    for wrapper in pool.values():
+        wrapper.close()
+    pool.clear()
+
+
 @contextlib.contextmanager
 def _mysql_locks(using: str, names: list[str], timeout_ms: int) -> Iterator[None]:
-    wrapper = _lock_connection(using)
-    held: list[str] = []
-    timeout_s = max(timeout_ms, 0) / 1000
+    deadline = time.monotonic() + timeout_ms / 1000
+    for attempt in (1, 2):
+        wrapper = _lock_connection(using)
+        held: list[str] = []
+        try:
+            with wrapper.cursor() as cursor:
+                for name in names:
+                    lock_name = mysql_lock_name(name)
+                    wait_s = max(deadline - time.monotonic(), 0)
+                    cursor.execute("SELECT GET_LOCK(%s, %s)", [lock_name, wait_s])
+                    if cursor.fetchone()[0] != 1:
+                        raise LockTimeout(
+                            f"Timed out after {timeout_ms} ms waiting for the creation lock "
+                            f"{lock_name}; another creator of the same id or unique key "
+                            "holds it: raise JOBQUEUE['LOCK_TIMEOUT_MS'] or commit sooner."
+                        )
+                    held.append(lock_name)
+        except OperationalError:
+            # A lock connection the server dropped (wait_timeout, restart) holds
+            # nothing: reconnect once and take the locks again.
+            _mysql_release(wrapper, held)
+            if attempt == 2 or wrapper.is_usable():
+                raise
+            logger.warning("creation lock connection lost, reconnecting alias=%s", using)
+            wrapper.close()
+            continue
+        except BaseException:
+            _mysql_release(wrapper, held)
+            raise
+        break
     try:
-        with wrapper.cursor() as cursor:
-            for name in names:
-                lock_name = mysql_lock_name(name)
-                cursor.execute("SELECT GET_LOCK(%s, %s)", [lock_name, timeout_s])
-                if cursor.fetchone()[0] != 1:
-                    raise LockTimeout(
-                        f"Timed out after {timeout_ms} ms waiting for the creation lock "
-                        f"{lock_name}; another creator of the same id or unique key holds it."
-                    )
-                held.append(lock_name)
         yield
     finally:
         _mysql_release(wrapper, held)
@@ -176,8 +310,9 @@ def is_lock_held(using: str, name: str) -> bool:
         if vendor == "postgresql":
             key = lock_key(name)
             cursor.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                "AND classid = %s AND objid = %s AND granted",
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND classid::text::bigint = %s AND objid::text::bigint = %s AND objsubid = 1",
                 [(key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF],
             )
             return bool(cursor.fetchone()[0])
