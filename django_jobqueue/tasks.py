@@ -619,7 +619,11 @@ def _record_attempt(job: Job) -> None:
     from .models import Job, JobStatus
 
     payload = dict(job.payload)
-    attempts = list(payload.get("attempts") or [])[: max(job.attempt - 1, 0)]
+    earlier = max(job.attempt - 1, 0)
+    attempts = list(payload.get("attempts") or [])[:earlier]
+    # An attempt whose worker died before the task started left no entry: its
+    # worker is unknown (""), but it counts, so TaskContext.attempt == job.attempt.
+    attempts += [{"worker_id": "", "started_at": None}] * (earlier - len(attempts))
     attempts.append(
         {
             "worker_id": job.lease_owner,

@@ -359,6 +359,27 @@ def test_run__a_return_value_that_is_not_json_fails_the_task():
     assert result.errors[-1].exception_class is TypeError
 
 
+def test_run__a_worker_that_died_counts_as_a_failed_attempt():
+    from django.db.models.functions import Now
+
+    with override_settings(JOBQUEUE=NO_BACKOFF):
+        result = t.context_info.enqueue("after a crash")
+        [claimed] = storage.claim("default", owner="dead-worker")
+        Job.objects.filter(pk=claimed.pk).update(lease_expires_at=Now() - timedelta(seconds=5))
+        assert storage.reap_expired("default") == 1
+        result.refresh()
+        assert result.status == TaskResultStatus.READY
+        [error] = result.errors
+        assert error.exception_class_path == "django_jobqueue.exceptions.JobQueueError"
+        assert "lease expired" in error.traceback
+        assert drain() == {"done": 1}
+    result.refresh()
+    assert result.status == SUCCESSFUL
+    assert result.return_value["attempt"] == 2
+    assert result.attempts == 2
+    assert result.worker_ids[0] == ""
+
+
 def test_run__runworkers_subprocess_runs_tasks():
     results = [t.add.enqueue(20, 22), t.async_mul.enqueue(3, 4), t.context_info.enqueue("s")]
     done = run_workers("--burst")
