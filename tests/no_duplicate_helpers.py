@@ -106,7 +106,6 @@ def _child(queue: str, job_id: str) -> int:
     from django_jobqueue import locks
     from django_jobqueue.enqueue import build_job, create_job
     from django_jobqueue.exceptions import DuplicateJob
-
     from django_jobqueue.registry import get_job_description
 
     get_job_description(JOB_TYPE)  # imports done before the gun, not timed

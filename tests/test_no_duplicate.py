@@ -147,6 +147,33 @@ def test_30_threads_hold_their_transaction_open__exactly_one_row(queue: str) -> 
     record(f"30 threads, atomic held {hold_s:.1f} s", connection.vendor, race.settle_s, 1, THREADS)
 
 
+def test_30_threads_hold_their_transaction_open__one_unique_key_enqueued(queue: str) -> None:
+    # A loser that finds the holder under the lock must free the lock at once
+    # (PostgreSQL keeps a transaction lock until the caller's transaction ends
+    # unless its savepoint rolls back), else the 29 would queue 1 s each.
+    hold_s = 0.2 if connection.vendor == "sqlite" else 1.0
+
+    def racer(i: int) -> str:
+        with transaction.atomic():
+            status = enqueue_job(queue, JOB_TYPE, {"racer": i}, unique_key="digest:7").status
+            time.sleep(hold_s)
+        return status
+
+    race = race_threads(THREADS, racer)
+
+    assert race.errors == []
+    assert Counter(race.outcomes) == {"enqueued": 1, "deduplicated": THREADS - 1}
+    assert len(rows(queue)) == 1
+    assert_no_lock_held(queue, unique_key="digest:7")
+    record(
+        f"30 threads, atomic {hold_s:.1f} s, unique key",
+        connection.vendor,
+        race.settle_s,
+        1,
+        THREADS,
+    )
+
+
 def test_30_threads_one_unique_key__one_enqueued_29_deduplicated(queue: str) -> None:
     def racer(i: int) -> dict[str, str]:
         return dict(enqueue_job(queue, JOB_TYPE, {"racer": i}, unique_key="digest:7"))
@@ -381,3 +408,36 @@ def test_stripes__sorted_distinct_and_stable() -> None:
     assert all(0 <= s < locks.STRIPES for s in stripes)
     assert locks.stripes_of(list(reversed(names))) == stripes
     assert locks.stripes_of([names[0], names[0]]) == locks.stripes_of([names[0]])
+
+
+def test_stripes__never_waited_for_inside_the_callers_transaction(queue: str) -> None:
+    # T1 creates "order-1" in its open transaction (it holds database locks), T2
+    # then takes the stripe of "order-1" and waits in the database for T1. T1's
+    # next creation, of an id on the same stripe, must not wait for T2's stripe:
+    # that would be a deadlock until T2's lock timeout.
+    first = hold_lock_names(queue, job_id="order-1")
+    second_id = next(
+        f"order-{n}"
+        for n in range(2, 10_000)
+        if locks.stripes_of(hold_lock_names(queue, job_id=f"order-{n}")) == locks.stripes_of(first)
+    )
+    t1_created = threading.Event()
+
+    def t1() -> list[str]:
+        with transaction.atomic():
+            outcomes = [create(queue, "order-1")]
+            t1_created.set()
+            time.sleep(0.5)  # T2 is now inside the stripe, waiting in the database
+            outcomes.append(create(queue, second_id))
+        return outcomes
+
+    def t2() -> list[str]:
+        assert t1_created.wait(10)
+        return [create(queue, "order-1")]
+
+    with override_settings(JOBQUEUE={"LOCK_TIMEOUT_MS": 5_000}):
+        race = race_threads(2, lambda i: t2() if i else t1())
+
+    assert race.errors == []
+    assert race.outcomes == [["created", "created"], ["duplicate"]]
+    assert len(rows(queue)) == 2
