@@ -514,8 +514,14 @@ def live_workers(using: str) -> int:
 
 
 def enable_schedules(schedules: QuerySet[ScheduleJob]) -> int:
-    """Enable ``schedules``; return how many were disabled before."""
-    return schedules.filter(enabled=False).update(enabled=True, updated_at=Now())
+    """Enable ``schedules``; return how many were disabled before.
+
+    A cron plan restarts at its next tick from now (ticks passed while disabled
+    never run, even with ``catch_up``); see :func:`schedules.set_enabled_plans`.
+    """
+    from .schedules import set_enabled_plans
+
+    return set_enabled_plans(schedules, enabled=True)
 
 
 def disable_schedules(schedules: QuerySet[ScheduleJob]) -> int:

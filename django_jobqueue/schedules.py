@@ -80,6 +80,8 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
     from .models import ScheduleJob
 
 __all__ = [
@@ -87,14 +89,17 @@ __all__ = [
     "ON_TIME_GRACE",
     "ScheduleSource",
     "ScheduleStatus",
+    "aadd_job_with_schedule",
     "add_job_with_schedule",
     "declared_plans",
     "get_scheduled_jobs",
     "materialize_due",
     "next_tick",
     "on_foreman_start",
+    "plan_summary",
     "run_now",
     "set_enabled",
+    "set_enabled_plans",
     "sync_declared_plans",
     "tick_job_id",
     "validate_cron",
@@ -117,6 +122,7 @@ _SCHEDULE_KEYS = frozenset(
     {"job_type", "cron", "timezone", "payload", "queue", "priority", "catch_up", "enabled"}
 )
 _TINY = timedelta(microseconds=1)
+_MS = timedelta(milliseconds=1)
 #: Errors that roll a plan's pass back, to be tried again on the next pass.
 _TRANSIENT = (LockTimeout, WrongDatabase)
 
@@ -565,9 +571,16 @@ def _materialize_one(using: str, pk: int, now: datetime) -> int:
             if plan is None:  # another process has it, or did it
                 return 0
             count, fields = _materialize_plan(plan, now)
+            # Guarded advance. A window of +/- 1 ms, not equality: SQLite stores a
+            # schedule_at written with Now() as text with 3 decimals, which never
+            # equals the 6-decimal parameter; the next tick is always further away.
             advanced = (
                 ScheduleJob.objects.using(using)
-                .filter(pk=pk, schedule_at=plan.schedule_at)
+                .filter(
+                    pk=pk,
+                    schedule_at__gt=plan.schedule_at - _MS,
+                    schedule_at__lt=plan.schedule_at + _MS,
+                )
                 .update(**fields, updated_at=Now())
             )
             if advanced != 1:
@@ -652,28 +665,37 @@ def materialize_due(using: str, *, now: datetime | None = None) -> int:
 
 
 def set_enabled(using: str, names: Iterable[str], *, enabled: bool) -> int:
-    """Enable or disable the plans ``names``; return how many changed.
-
-    Enabling a cron plan starts it at its next tick from now: ticks that passed
-    while it was disabled are not missed ticks and never run. A one-off plan keeps
-    its time (a time in the past runs at the next pass).
+    """Enable or disable the plans named ``names``; see :func:`set_enabled_plans`.
 
     Implements: issue 6, "enable/disable".
     """
     from .models import ScheduleJob
 
+    plans = ScheduleJob.objects.using(using).filter(name__in=list(names))
+    return set_enabled_plans(plans, enabled=enabled)
+
+
+def set_enabled_plans(plans: QuerySet[ScheduleJob], *, enabled: bool) -> int:
+    """Enable or disable ``plans`` (a queryset); return how many changed.
+
+    Enabling a cron plan starts it at its next tick from now: ticks that passed
+    while it was disabled are not missed ticks and never run, even with
+    ``catch_up``. A retired plan comes back as active. A one-off plan keeps its
+    time (a time in the past runs at the next pass).
+
+    Implements: issue 6, "enable/disable".
+    """
     now = timezone.now()
     changed = 0
-    for plan in ScheduleJob.objects.using(using).filter(name__in=list(names)):
-        if plan.enabled == enabled:
-            continue
+    for plan in plans.filter(enabled=not enabled):
         fields: dict[str, Any] = {"enabled": enabled}
         if enabled and plan.cron:
             fields["schedule_at"] = next_tick(plan.cron, plan.timezone, now)
-            if plan.status == ScheduleStatus.RETIRED:
-                fields["status"] = ScheduleStatus.ACTIVE
+        if enabled and plan.status == ScheduleStatus.RETIRED:
+            fields["status"] = ScheduleStatus.ACTIVE
         changed += (
-            ScheduleJob.objects.using(using)
+            type(plan)
+            .objects.using(plans.db)
             .filter(pk=plan.pk, enabled=plan.enabled)
             .update(**fields, updated_at=Now())
         )
@@ -912,5 +934,5 @@ def plan_summary(plan: ScheduleJob) -> dict[str, Any]:
         "next_run_at": plan.schedule_at,
         "last_run_at": plan.last_run_at,
         "execute_id": plan.execute_id,
-        "last_outcome": last.get("outcome", ""),
+        "last_outcome": last.get("outcome"),
     }

@@ -484,3 +484,72 @@ def test_materialize__unknown_job_type_is_logged_and_the_plan_moves_on():
     assert plan.schedule_at == utc(2026, 1, 5, 11)
     assert plan.log[-1]["outcome"] == "error"
     assert "Unknown job type" in plan.log[-1]["message"]
+
+
+# manage.py jobqueue schedules ----------------------------------------------------------
+
+
+def jobqueue(*args: str) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("jobqueue", "schedules", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_command__lists_plans_with_their_next_run():
+    assert jobqueue() == "No schedules.\n"
+    cron_plan("hourly", "0 * * * *", now=utc(2026, 1, 5, 9, 30), tz=PARIS)
+    lines = jobqueue().splitlines()
+    assert lines[0].split() == [
+        "name", "when", "enabled", "status", "source", "next_run_at", "last_outcome"
+    ]  # fmt: skip
+    assert lines[1].split() == [
+        "hourly", "0", "*", "*", "*", "*", "(Europe/Paris)", "True", "active", "manual",
+        "2026-01-05T10:00:00+00:00", "-",
+    ]  # fmt: skip
+    (row,) = json.loads(jobqueue("--json"))
+    assert (row["name"], row["next_run_at"]) == ("hourly", "2026-01-05 10:00:00+00:00")
+
+
+def test_command__disable_enable_run_now():
+    cron_plan("hourly", "0 * * * *", now=utc(2026, 1, 5, 9, 30))
+    assert jobqueue("--disable", "hourly") == "Disabled 1 schedule(s).\n"
+    assert not ScheduleJob.objects.get().enabled
+    assert jobqueue("--enable", "hourly") == "Enabled 1 schedule(s).\n"
+    assert ScheduleJob.objects.get().enabled
+    out = jobqueue("--run-now", "hourly")
+    (job,) = Job.objects.all()
+    assert out == f"hourly: job {job.jid}\n"
+
+
+def test_command__unknown_name_is_a_command_error():
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="^No schedule is named nope; run 'jobqueue schedules'"):
+        jobqueue("--enable", "nope")
+
+
+def test_command__sync_writes_the_declared_plans():
+    with declared(digest=DIGEST):
+        assert jobqueue("--sync") == "created 1, updated 0, unchanged 0, retired 0.\n"
+    assert ScheduleJob.objects.get().name == "digest"
+
+
+def test_admin_actions_share_the_schedule_logic():
+    """The admin's enable/disable/run-now (maintenance.*) leave plans our logic runs."""
+    from django_jobqueue import maintenance
+
+    plan = cron_plan("hourly", "0 * * * *", now=utc(2026, 1, 5, 9, 30))
+    plans = ScheduleJob.objects.filter(pk=plan.pk)
+    assert maintenance.disable_schedules(plans) == 1
+    assert materialize_due(DB, now=utc(2026, 1, 5, 10, 0, 1)) == 0
+    assert maintenance.enable_schedules(plans) == 1
+    assert maintenance.run_schedules_now(plans) == 1
+    assert materialize_due(DB) == 1  # run now: one job at once
+    assert materialize_due(DB) == 0
+    plan.refresh_from_db()
+    assert plan.schedule_at > datetime.now(UTC) - timedelta(seconds=5)  # back on its cron
+    assert plan.schedule_at.minute == 0 and plan.schedule_at.second == 0

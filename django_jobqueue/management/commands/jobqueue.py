@@ -1,4 +1,4 @@
-"""``manage.py jobqueue``: operators' subcommands (status, prune, retry, licence).
+"""``manage.py jobqueue``: operators' subcommands (status, prune, retry, licence, schedules).
 
 The command only parses and wires: the work is in :mod:`django_jobqueue.maintenance`
 (shared with the admin's actions) and :mod:`django_jobqueue.licence`.
@@ -363,6 +363,97 @@ def _licence(command: Command, **options: Any) -> None:
     from django_jobqueue.licence import current_licence, describe_licence
 
     command.stdout.write(describe_licence(current_licence()))
+
+
+# schedules (issue 6) --------------------------------------------------------------
+
+
+def _schedules_arguments(parser: CommandParser) -> None:
+    _add_database(parser)
+    action = parser.add_mutually_exclusive_group()
+    for flag, help_text in (
+        ("--enable", "Enable this plan (repeatable); a cron plan starts at its next tick."),
+        ("--disable", "Disable this plan (repeatable)."),
+        ("--run-now", "Make one job of this plan now (repeatable); its next run stays."),
+    ):
+        action.add_argument(flag, action="append", type=_name, metavar="NAME", help=help_text)
+    action.add_argument(
+        "--sync",
+        action="store_true",
+        help="Write the declared plans (@job cron, JOBQUEUE['SCHEDULES']) now, as a "
+        "foreman does when it starts.",
+    )
+    parser.add_argument(
+        "--json", action="store_true", dest="as_json", help="Print JSON instead of a table."
+    )
+
+
+@subcommand(
+    "schedules",
+    help="List the schedules with their next run (UTC); enable, disable, run now, sync.",
+    arguments=_schedules_arguments,
+)
+def _schedules(
+    command: Command,
+    *,
+    database: str | None,
+    enable: list[str] | None,
+    disable: list[str] | None,
+    run_now: list[str] | None,
+    sync: bool,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    from django_jobqueue import schedules
+    from django_jobqueue.models import ScheduleJob
+
+    using = _jobs_database(database)
+    names = enable or disable or run_now
+    if names:
+        known = set(
+            ScheduleJob.objects.using(using).filter(name__in=names).values_list("name", flat=True)
+        )
+        missing = [name for name in names if name not in known]
+        if missing:
+            raise CommandError(
+                f"No schedule is named {', '.join(missing)}; run 'jobqueue schedules' to list them."
+            )
+    if enable or disable:
+        count = schedules.set_enabled(using, names or [], enabled=bool(enable))
+        command.stdout.write(f"{'Enabled' if enable else 'Disabled'} {count} schedule(s).")
+        return
+    if run_now:
+        for name in run_now:
+            command.stdout.write(f"{name}: job {schedules.run_now(using, name)}")
+        return
+    if sync:
+        counts = schedules.sync_declared_plans(using)
+        command.stdout.write(", ".join(f"{key} {value}" for key, value in counts.items()) + ".")
+        return
+    rows = [
+        schedules.plan_summary(plan) for plan in ScheduleJob.objects.using(using).order_by("name")
+    ]
+    if as_json:
+        command.stdout.write(json.dumps(rows, indent=2, sort_keys=True, default=str))
+        return
+    if not rows:
+        command.stdout.write("No schedules.")
+        return
+    header = ["name", "when", "enabled", "status", "source", "next_run_at", "last_outcome"]
+    table = [
+        [
+            str(row[key].isoformat() if hasattr(row[key], "isoformat") else row[key])
+            if row[key] is not None
+            else "-"
+            for key in header
+        ]
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
+    for line in [header, *table]:
+        command.stdout.write(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
 
 
 # The command --------------------------------------------------------------------
