@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,6 +44,9 @@ from .models import Job, ScheduleJob
 __all__ = ["EstimatedCountPaginator", "JobAdmin", "ScheduleJobAdmin"]
 
 logger = logging.getLogger(__name__)
+
+#: What a jid looks like (uuid4 hex).
+_JID = re.compile(r"[0-9a-f]{32}")
 
 #: How many of the latest jobs the queue and job type filters look at for values.
 FILTER_SAMPLE_ROWS = 10_000
@@ -192,7 +196,10 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("status", QueueFilter, JobTypeFilter, UniqueKeyHeldFilter)
     search_fields = ("jid", "job_id")
     search_help_text = _("An exact jid or job id.")
+    #: Newest first, by the primary key's index; no column sorts (each would sort the
+    #: whole table: 1.3 s over a million jobs for run_at).
     ordering = ("-pk",)
+    sortable_by = ()
     list_per_page = 100
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
@@ -282,11 +289,17 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        """Match a jid or a job id exactly (both byte for byte, no scan of LIKEs)."""
+        """Match a jid, else a job id, exactly (byte for byte, no ``LIKE`` scan).
+
+        A jid is looked up alone first (its unique index answers at once); only
+        when no job has that jid is the term matched against job ids.
+        """
         term = search_term.strip()
         if not term:
             return queryset, False
-        return queryset.filter(Q(jid=term) | Q(job_id=term)), False
+        if _JID.fullmatch(term) and queryset.filter(jid=term).exists():
+            return queryset.filter(jid=term), False
+        return queryset.filter(job_id=term), False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         """Jobs are made by enqueueing, never in the admin."""

@@ -124,6 +124,9 @@ def test_changelist__search_exact_jid_or_job_id(admin_client: Client) -> None:
     assert listed(changelist(admin_client, q=b.jid)) == {b.jid}
     assert listed(changelist(admin_client, q="invoice:42")) == {a.jid}
     assert listed(changelist(admin_client, q=b.jid[:8])) == set()
+    # A job id that looks like a jid is still found as a job id.
+    hexy = make_job(job_id="0123456789abcdef0123456789abcdef")
+    assert listed(changelist(admin_client, q=hexy.job_id)) == {hexy.jid}
 
 
 def test_changelist__changelist_does_not_load_payloads(admin_client: Client) -> None:
