@@ -231,6 +231,8 @@ def dead_jobs(
     -------
     QuerySet
         Jobs in ``error`` or ``max_retry`` matching every given filter.
+
+    Implements: issue 2 item 7 "retry (dead jobs by queue/type)".
     """
     jobs = Job.objects.using(using).dead()
     if queue is not None:
@@ -503,7 +505,21 @@ def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[Que
 
 
 def live_workers(using: str) -> int:
-    """Return the distinct ``lease_owner`` values of running jobs with a live lease."""
+    """Return how many workers are live: distinct ``lease_owner`` of running jobs.
+
+    Parameters
+    ----------
+    using
+        Database alias of the jobs.
+
+    Returns
+    -------
+    int
+        Distinct owners of ``processing`` jobs whose lease has not expired by the
+        database clock (a worker thread with a job in hand).
+
+    Implements: issue 2 item 7 "status" (live workers).
+    """
     return (
         Job.objects.using(using)
         .filter(status=JobStatus.PROCESSING, lease_expires_at__gt=Now())
@@ -525,7 +541,10 @@ def enable_schedules(schedules: QuerySet[ScheduleJob]) -> int:
 
 
 def disable_schedules(schedules: QuerySet[ScheduleJob]) -> int:
-    """Disable ``schedules``; return how many were enabled before."""
+    """Disable ``schedules``; return how many were enabled before.
+
+    Implements: issue 2 item 6 (ScheduleJob admin actions).
+    """
     return schedules.filter(enabled=True).update(enabled=False, updated_at=Now())
 
 
@@ -534,5 +553,7 @@ def run_schedules_now(schedules: QuerySet[ScheduleJob]) -> int:
 
     The scheduler makes their next job on its next pass; a disabled schedule
     stays disabled and makes none.
+
+    Implements: issue 2 item 6 (ScheduleJob admin actions).
     """
     return schedules.update(schedule_at=Now(), updated_at=Now())
