@@ -247,6 +247,7 @@ class Foreman:
             self.lease_ms,
             self.burst,
         )
+        self._sync_schedules()
         helpers = [
             threading.Thread(target=self._heartbeat_loop, name="jq-heartbeat", daemon=True),
             threading.Thread(target=self._housekeeping_loop, name="jq-housekeeping", daemon=True),
@@ -263,6 +264,7 @@ class Foreman:
         try:
             if self.burst:
                 self._reap()
+                self._materialize_schedules()  # due plans are due work too
             self._dispatch()
             self._drain()
         finally:
@@ -484,6 +486,18 @@ class Foreman:
         if reaped:
             self.wake()
         return reaped
+
+    def _sync_schedules(self) -> None:
+        """Write the declared plans once at start (schedules.on_foreman_start)."""
+        from ..exceptions import ImproperlyConfiguredJobQueue
+        from ..schedules import on_foreman_start
+
+        try:
+            on_foreman_start(self.using)
+        except ImproperlyConfiguredJobQueue:
+            raise  # a bad declaration stops the foreman at once, loudly
+        except Exception:
+            logger.warning("syncing declared schedules failed", exc_info=True)
 
     def _materialize_schedules(self) -> None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -40,14 +41,16 @@ def fatal(payload: Any, ctx: Any) -> None:
 
 @job("worker.sleep", max_retry=3)
 def sleep(payload: Any, ctx: Any) -> None:
-    """Record the run, then sleep ``payload["s"]`` seconds (only on the attempts listed
-    in ``payload["attempts"]``, all when absent)."""
+    """Record the run, then sleep ``payload["s"]`` seconds (with ``once``: only on the
+    job's first run); stop early when cancelled or the lease is lost."""
+    from tests.testapp.models import RunRecord
+
     record(ctx, str(payload.get("label", "sleep")))
-    attempts = payload.get("attempts")
-    if attempts is None or ctx.attempt in attempts:
-        deadline = time.monotonic() + float(payload["s"])
-        while time.monotonic() < deadline and not ctx.cancelled:
-            time.sleep(0.02)
+    if payload.get("once") and RunRecord.objects.filter(jid=ctx.jid).count() > 1:
+        return
+    deadline = time.monotonic() + float(payload["s"])
+    while time.monotonic() < deadline and not ctx.cancelled and not ctx.lease_lost:
+        time.sleep(0.02)
 
 
 @job("worker.async", max_retry=0)
@@ -60,11 +63,25 @@ async def async_run(payload: Any, ctx: Any) -> str:
     return "async-ok"
 
 
+_limited_lock = threading.Lock()
+_limited_active = 0
+#: Most worker.limited jobs seen running at once in this process.
+limited_max = 0
+
+
 @job("worker.limited", concurrent=1, max_retry=0)
 def limited(payload: Any, ctx: Any) -> None:
     """Record the run and how many limited jobs overlap (concurrent=1)."""
-    record(ctx, "limited")
-    time.sleep(float((payload or {}).get("s", 0.05)))
+    global _limited_active, limited_max
+    with _limited_lock:
+        _limited_active += 1
+        limited_max = max(limited_max, _limited_active)
+    try:
+        record(ctx, "limited")
+        time.sleep(float((payload or {}).get("s", 0.05)))
+    finally:
+        with _limited_lock:
+            _limited_active -= 1
 
 
 @job("worker.spawn", max_retry=0)

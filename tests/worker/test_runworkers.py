@@ -1,0 +1,158 @@
+"""``manage.py runworkers`` as real subprocesses: throughput, SIGKILL, SIGTERM, flags."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection, transaction
+
+from django_jobqueue import enqueue_job
+from django_jobqueue.models import Job, JobStatus
+from tests.testapp.models import RunRecord
+from tests.workers_helpers import run_workers
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_for(predicate, timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def drain_shape() -> tuple[int, int, int]:
+    """(processes, threads, jobs): 4x8 and 2,000 jobs; SQLite 2x4 and 500 (one writer)."""
+    if connection.vendor == "sqlite":
+        return 2, 4, 500
+    return 4, 8, 2_000
+
+
+def test_processes_drain_every_job_exactly_once():
+    processes, threads, count = drain_shape()
+    with transaction.atomic():
+        jids = [enqueue_job(None, "worker.record", {"label": str(i)})["jid"] for i in range(count)]
+    started = time.monotonic()
+    proc = run_workers(
+        "--burst",
+        "--processes",
+        str(processes),
+        "--concurrency",
+        str(threads),
+        "--ramp-time",
+        "0",
+        "--min-sleep",
+        "5",
+        "--max-sleep",
+        "100",
+        "--verbosity",
+        "0",
+        timeout_s=300,
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(  # noqa: T201 (the measured rate, shown with pytest -s)
+        f"\n{connection.vendor}: {processes} processes x {threads} threads drained "
+        f"{count} jobs in {elapsed:.2f} s = {count / elapsed:.0f} jobs/s"
+    )
+    runs = list(RunRecord.objects.values_list("jid", flat=True))
+    assert len(runs) == count  # each job ran exactly once
+    assert set(runs) == set(jids)  # none lost
+    assert Job.objects.filter(status=JobStatus.DONE).count() == count
+    assert not Job.objects.processing().exists()  # none left processing
+    assert len(set(RunRecord.objects.values_list("worker", flat=True))) > 1
+
+
+def test_sigkill_mid_job__job_is_taken_back_after_its_lease_and_completes():
+    job = Job.objects.get(jid=enqueue_job(None, "worker.sleep", {"s": 60, "once": True})["jid"])
+    proc = run_workers("--lease", "2000", "--concurrency", "2", "--verbosity", "2", wait=False)
+    try:
+        started = wait_for(lambda: RunRecord.objects.filter(jid=job.jid).exists())
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        _out, err = proc.communicate(timeout=30)
+    assert started, err[-3000:]
+    job.refresh_from_db()
+    assert job.status == JobStatus.PROCESSING
+    # Heartbeats stopped with the process: the lease runs out by the database clock.
+    assert wait_for(lambda: Job.objects.lease_expired().filter(pk=job.pk).exists())
+    proc = run_workers("--burst", "--lease", "2000", "--verbosity", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job.refresh_from_db()
+    assert job.status == JobStatus.DONE
+    assert job.attempt == 2
+    assert "lease expired" in job.errors[0]["message"]
+    assert list(RunRecord.objects.values_list("attempt", flat=True)) == [1, 2]
+
+
+def test_sigterm__running_jobs_finish_or_go_back_none_lost():
+    short = [
+        enqueue_job(None, "worker.sleep", {"s": 0.3, "label": "short"}, priority=1)["jid"]
+        for _ in range(2)
+    ]
+    long = enqueue_job(None, "worker.sleep", {"s": 60, "once": True, "label": "long"})["jid"]
+    proc = run_workers(
+        "--concurrency",
+        "4",
+        "--ramp-time",
+        "0",
+        "--shutdown-timeout",
+        "1500",
+        "--verbosity",
+        "1",
+        wait=False,
+    )
+    try:
+        assert wait_for(lambda: RunRecord.objects.count() == 3)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "handed back" in err
+    assert set(Job.objects.filter(jid__in=short).values_list("status", flat=True)) == {
+        JobStatus.DONE
+    }
+    handed_back = Job.objects.get(jid=long)
+    assert handed_back.status == JobStatus.INIT
+    assert handed_back.attempt == 0
+    assert handed_back.lease_owner == ""
+    # Nothing lost: the next run finishes it.
+    assert run_workers("--burst", "--verbosity", "0").returncode == 0
+    assert Job.objects.filter(status=JobStatus.DONE).count() == 3
+
+
+def test_burst__with_nothing_due_exits_zero():
+    proc = run_workers("--burst")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no jobs" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "0"], "expected a number >= 1, got 0"),
+        (["--lease", "abc"], "expected milliseconds as a whole number, got 'abc'"),
+        (["--queues", "a,,b"], "expected comma-separated queue names"),
+    ],
+)
+def test_bad_flags__are_rejected(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("runworkers", *args)
+
+
+def test_lease_below_one_second__is_a_command_error():
+    with pytest.raises(CommandError, match="--lease must be at least 1000 ms: got 500"):
+        call_command("runworkers", "--lease", "500", "--burst")
+
+
+def test_min_sleep_above_max_sleep__is_a_command_error():
+    with pytest.raises(CommandError, match="--min-sleep"):
+        call_command("runworkers", "--min-sleep", "500", "--max-sleep", "100", "--burst")
