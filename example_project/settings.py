@@ -72,8 +72,11 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 
 # Database ---------------------------------------------------------------------
 
+# An empty DATABASE_URL counts as unset (scripts/test sets it empty for SQLite).
 DATABASES = {
-    "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
+    "default": env.db_url_config(
+        env.str("DATABASE_URL", default="") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+    ),
 }
 _engine = DATABASES["default"]["ENGINE"]
 if _engine == "django.db.backends.sqlite3":
@@ -116,6 +119,8 @@ else:
     EMAIL_BACKEND = _mail_backend
     EMAIL_FILE_PATH = _mail_dir
 DEFAULT_FROM_EMAIL = "The Example Newsletter <newsletter@example.com>"
+#: Who gets the daily digest (newsletter.daily_digest).
+NEWSLETTER_EDITORS = env.list("NEWSLETTER_EDITORS", default=["editors@example.com"])
 
 # django-jobqueue ----------------------------------------------------------------
 
@@ -144,6 +149,23 @@ JOBQUEUE = {
     # How long dead letters and done jobs stay before `manage.py jobqueue prune`.
     "KEEP": "7d",
     "RETENTION": "3d",
+    # Periodic plans (docs/schedules.md): the editors' digest every morning at 07:00.
+    "SCHEDULES": {
+        "daily-digest": {
+            "job_type": "newsletter.daily_digest",
+            "cron": "0 7 * * *",
+            "timezone": "Europe/London",
+        },
+    },
+}
+
+# Django's tasks framework (docs/tasks.md): @task functions run as jobs on our workers.
+TASKS = {
+    "default": {
+        "BACKEND": "django_jobqueue.tasks.JobQueueBackend",
+        "QUEUES": ["default", "emails", "newsletter"],
+        "OPTIONS": {"max_retry": 3, "timeout": "1m"},
+    }
 }
 
 LOGGING = {

@@ -221,3 +221,30 @@ def test_welcome__mails_once_and_skips_unknown_subscribers():
 
         assert len(mail.outbox) == 1
         assert Subscriber.objects.get().welcomed_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_send_test_copy__django_task_becomes_a_job():
+    from example_project.newsletter.tasks import send_test_copy
+
+    issue = Issue.objects.create(title="Issue 1")
+
+    result = send_test_copy.enqueue(issue.pk, "editor@example.com")
+
+    job = Job.objects.get()
+    assert job.jid == result.id
+    assert job.job_type == "example_project.newsletter.tasks.send_test_copy"
+    assert job.payload["args"] == [issue.pk, "editor@example.com"]
+
+
+def test_example_settings__jobqueue_and_schedule_are_valid():
+    from django_jobqueue.conf import validate_settings
+    from django_jobqueue.schedules import validate_cron, validate_timezone
+    from example_project import settings as example
+
+    with override_settings(JOBQUEUE=example.JOBQUEUE):
+        assert validate_settings() == []
+    plan = example.JOBQUEUE["SCHEDULES"]["daily-digest"]
+    assert plan["job_type"] == jobs.daily_digest.name
+    validate_cron(plan["cron"])
+    validate_timezone(plan["timezone"])

@@ -7,7 +7,8 @@
 - ``newsletter.deliver_issue``: mail one issue to one subscriber through a flaky
   "mail relay" that refuses about 30 % of attempts, so retries and dead letters
   show up in the admin.
-- ``newsletter.daily_digest``: mail the editors yesterday's sign-ups (a periodic job).
+- ``newsletter.daily_digest``: mail the editors the last day's sign-ups; a periodic
+  plan in ``JOBQUEUE["SCHEDULES"]`` (settings) enqueues it every morning.
 
 Handlers run at least once (a worker that dies mid-job is retried by another), so
 each one is idempotent: it checks what is already done before doing it.
@@ -127,7 +128,7 @@ def daily_digest(payload: Any, ctx: Any) -> dict[str, Any]:
     """Mail the editors how many people signed up in the last 24 hours."""
     since = timezone.now() - timedelta(days=1)
     count = Subscriber.objects.filter(subscribed_at__gte=since).count()
-    editors = [address for _name, address in settings.ADMINS] or ["editors@example.com"]
+    editors = getattr(settings, "NEWSLETTER_EDITORS", None) or ["editors@example.com"]
     send_mail(
         subject=f"Daily digest: {count} new subscriber(s)",
         message=f"{count} people signed up since {since:%Y-%m-%d %H:%M} UTC.\n",

@@ -11,6 +11,7 @@ from django_jobqueue.models import Job
 
 from ...models import Issue, Subscriber
 from ...services import AlreadySubscribed, subscribe
+from ...tasks import send_test_copy
 
 
 def _count(value: str) -> int:
@@ -23,9 +24,9 @@ def _count(value: str) -> int:
 class Command(BaseCommand):
     help = (
         "Sign up --subscribers new demo subscribers (each enqueues a welcome mail, as the "
-        "sign-up view does) and publish --issues new issues (each enqueues an "
-        "announcement through the post_save signal, which fans out one delivery job per "
-        "subscriber when it runs)."
+        "sign-up view does) and publish --issues new issues: each gets a test copy through "
+        "a Django @task, then an announcement through the post_save signal, which fans "
+        "out one delivery job per subscriber when it runs."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -51,10 +52,14 @@ class Command(BaseCommand):
             number += 1
         first_issue = Issue.objects.count() + 1
         for number in range(first_issue, first_issue + issues):
-            Issue(
+            issue = Issue(
                 title=f"Issue #{number}: news from the job queue",
                 body=f"Issue {number}. Every copy of this mail was sent by a background job.\n",
-            ).publish()
+            )
+            issue.save()
+            # The editors' proof copy, through Django's @task API (TASKS backend).
+            send_test_copy.enqueue(issue.pk, "editors@example.com")
+            issue.publish()
         self.stdout.write(
             f"seed_demo: signed up {added} subscriber(s), published {issues} issue(s); "
             f"{Job.objects.count() - before} job(s) enqueued (the announcements fan out "
