@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connections, router
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -298,22 +298,27 @@ def _live_holder(spec: JobSpec) -> tuple[str, str] | None:
     """Return ("id" | "unique_key", jid) of a live holder of spec's id or key, if any."""
     from .models import Job, hold_hash
 
-    held = Q()
+    id_held = Q(pk__in=[])
     if spec.job_id is not None:
-        held |= Q(job_id_hash=hold_hash(spec.job_id)) & (
+        id_held = Q(job_id_hash=hold_hash(spec.job_id)) & (
             Q(id_held_until__isnull=True) | Q(id_held_until__gt=Now())
         )
+    key_held = Q(pk__in=[])
     if spec.unique_key is not None:
-        held |= Q(unique_key_hash=hold_hash(spec.unique_key), unique_expires_at__gt=Now())
+        key_held = Q(unique_key_hash=hold_hash(spec.unique_key), unique_expires_at__gt=Now())
+    # One query; which hold each row has is computed by the database, so a row whose
+    # id hold went stale while its unique key is live answers as the key's holder.
     rows = (
         Job.objects.using(spec.using)
-        .filter(held, queue=spec.queue)
-        .values_list("jid", "job_id_hash")
+        .filter(id_held | key_held, queue=spec.queue)
+        .annotate(holds_id=ExpressionWrapper(id_held, output_field=BooleanField()))
+        .values_list("jid", "holds_id")
     )
-    for jid, id_hash in rows:
-        if spec.job_id is not None and id_hash == hold_hash(spec.job_id):
+    found = list(rows)
+    for jid, holds_id in found:
+        if holds_id:
             return "id", jid
-    for jid, _id_hash in rows:
+    for jid, _holds_id in found:
         return "unique_key", jid
     return None
 

@@ -197,3 +197,14 @@ def test_deduplicated_enqueue_inside_a_transaction_keeps_the_callers_transaction
         assert enqueue("k").jid == first.jid
         other = enqueue("other-key")
     assert Job.objects.filter(jid=other.jid).exists()
+
+
+def test_stale_id_hold_with_live_key__answers_deduplicated_not_duplicate_id():
+    from django.db.models.functions import Now
+
+    from django_jobqueue.enqueue import build_job, create_job
+
+    first = create_job(build_job(QUEUE, "unique.opt", None, job_id="i", unique_key="k"))
+    Job.objects.filter(jid=first.jid).update(id_held_until=Now())  # the id hold has ended
+    again = create_job(build_job(QUEUE, "unique.opt", None, job_id="i", unique_key="k"))
+    assert (again.status, again.jid) == ("deduplicated", first.jid)
