@@ -464,10 +464,19 @@ def test_set_enabled__ticks_passed_while_disabled_never_run():
 def test_run_now__makes_one_job_and_keeps_the_next_run():
     plan = cron_plan("hourly", "0 * * * *", now=utc(2026, 1, 5, 9, 30))
     jid = schedules.run_now(DB, "hourly")
-    assert schedules.run_now(DB, "hourly") in {jid, *Job.objects.values_list("jid", flat=True)}
+    again = schedules.run_now(DB, "hourly")  # the same second: the same job
+    assert Job.objects.count() == len({jid, again})
     assert Job.objects.filter(jid=jid, job_id__contains=":run-now:").exists()
     fresh = ScheduleJob.objects.get(pk=plan.pk)
-    assert (fresh.schedule_at, fresh.execute_id) == (plan.schedule_at, jid)
+    assert (fresh.schedule_at, fresh.execute_id) == (plan.schedule_at, again)
+
+
+def test_run_now__double_click_in_one_second_makes_one_job(monkeypatch):
+    cron_plan("hourly", "0 * * * *", now=utc(2026, 1, 5, 9, 30))
+    monkeypatch.setattr(schedules.timezone, "now", lambda: utc(2026, 1, 5, 9, 40, 0))
+    jid = schedules.run_now(DB, "hourly")
+    assert schedules.run_now(DB, "hourly") == jid
+    assert ticks_of("hourly") == ["run-now:2026-01-05T09:40:00Z"]
 
 
 def test_materialize__hand_made_plan_with_bad_cron_is_marked_error():
@@ -553,3 +562,28 @@ def test_admin_actions_share_the_schedule_logic():
     plan.refresh_from_db()
     assert plan.schedule_at > datetime.now(UTC) - timedelta(seconds=5)  # back on its cron
     assert plan.schedule_at.minute == 0 and plan.schedule_at.second == 0
+
+
+# The foreman ------------------------------------------------------------------------
+
+
+def test_foreman__syncs_declared_plans_at_start_and_runs_a_one_off():
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    add_job_with_schedule("schedules.tick", at=datetime.now(UTC) - timedelta(hours=1), name="once")
+    with declared(digest=DIGEST):
+        Foreman(ForemanOptions(burst=True)).run(install_signals=False)
+    assert ScheduleJob.objects.get(name="digest").source == ScheduleSource.SETTINGS
+    assert ScheduleJob.objects.get(name="once").status == ScheduleStatus.DONE
+    (job,) = jobs_of("once")
+    assert job.status == JobStatus.DONE
+
+
+def test_foreman__bad_declaration_stops_it_at_start():
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    with (
+        declared(digest={**DIGEST, "cron": "nope"}),
+        pytest.raises(ImproperlyConfiguredJobQueue, match="'digest'"),
+    ):
+        Foreman(ForemanOptions(burst=True)).run(install_signals=False)
