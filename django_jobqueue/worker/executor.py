@@ -25,7 +25,6 @@ A ``secure`` job's payload and result never reach a log line.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import queue as queue_mod
@@ -34,13 +33,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import close_old_connections, connections
+from asgiref.sync import async_to_sync
+from django.db import connections
 
 from .. import storage
 from ..exceptions import NonRetryableError, UnknownJobType
 from ..models import Job, JobStatus
 from ..registry import get_job_description
 from ..signals import job_finished, job_started
+from .connections import recycle_connections
 from .context import JobContext
 from .middleware import Handler, Middleware, apply_middleware
 
@@ -98,6 +99,12 @@ class Runner:
         """Let the thread exit after its current call; submit nothing more."""
         self._inbox.put(None)
 
+    def stop(self, timeout_s: float) -> None:
+        """Let the thread exit and wait up to ``timeout_s`` seconds for it (and its
+        connections) to close."""
+        self.abandon()
+        self._thread.join(timeout_s)
+
     @property
     def alive(self) -> bool:
         """Whether the thread still runs."""
@@ -105,12 +112,12 @@ class Runner:
 
 
 def _sync_handler(func: Callable[..., Any]) -> Handler:
+    # async_to_sync (not asyncio.run): the handler's sync_to_async ORM calls then
+    # run back in this runner thread, on its connection, which the worker recycles
+    # and closes; asyncio.run would send them to asgiref's shared executor thread,
+    # whose connection nobody closes.
     if inspect.iscoroutinefunction(func):
-
-        def run_coroutine(payload: Any, ctx: JobContext) -> Any:
-            return asyncio.run(func(payload, ctx))
-
-        return run_coroutine
+        return async_to_sync(func)
 
     def run(payload: Any, ctx: JobContext) -> Any:
         result = func(payload, ctx)
@@ -119,7 +126,7 @@ def _sync_handler(func: Callable[..., Any]) -> Handler:
             async def wait() -> Any:
                 return await result
 
-            return asyncio.run(wait())
+            return async_to_sync(wait)()
         return result
 
     return run
@@ -212,7 +219,7 @@ def execute(job: Job, ctx: JobContext, *, middleware: Sequence[Middleware] = ())
     except Exception as exc:  # noqa: BLE001 (stored as the attempt's failure)
         error = exc
     finally:
-        close_old_connections()
+        recycle_connections()
     if ctx.lease_lost:
         # Timed out, handed back or reaped meanwhile: the outcome is not ours to store.
         logger.warning(

@@ -40,13 +40,14 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from .. import storage
 from ..conf import get_config
 from ..models import Job
 from ..registry import registered_job_types
 from . import executor, wakeup
+from .connections import recycle_connections
 from .context import JobContext
 from .governor import Governor
 from .middleware import Middleware, load_middleware
@@ -162,7 +163,6 @@ class Foreman:
         self._done = threading.Event()
         self._cond = threading.Condition()
         self._wake_gen = 0
-        self._claim_lock = threading.Lock()
         self._running: dict[int, _Running] = {}
         self._running_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -364,7 +364,10 @@ class Foreman:
                     break
                 self._wait(sleep_ms / 1000)
         finally:
-            runner.abandon()
+            # Wait for the runner to close its connections before the slot ends, so
+            # a returning foreman leaves no session open.
+            runner.stop(timeout_s=5)
+            connections.close_all()  # this thread's own (a timed-out job's outcome)
             if counted:
                 self.governor.worker_exited()
             self._kick()
@@ -384,7 +387,7 @@ class Foreman:
             status = executor.time_out(running.job, running.ctx, started=running.started)
             if status is not None:
                 self._count(status)
-            close_old_connections()
+            recycle_connections()
             return True
         return False
 
@@ -400,15 +403,17 @@ class Foreman:
             if jobs:
                 self.governor.add_job(jobs[0].job_type)
             return jobs[0] if jobs else None
-        with self._claim_lock:
-            jobs = storage.claim(self.using, exclude_types=self.governor.excluded_types(), **kwargs)
-            if jobs:
-                self.governor.add_job(jobs[0].job_type)
-            return jobs[0] if jobs else None
+        skipped = self.governor.reserve()
+        jobs = []
+        try:
+            jobs = storage.claim(self.using, exclude_types=skipped, **kwargs)
+        finally:
+            self.governor.settle(skipped, jobs[0].job_type if jobs else None)
+        return jobs[0] if jobs else None
 
     def _cycle(self, slot: _Slot, name: str) -> bool:
         """In the runner thread: claim one job and run it; return whether one was found."""
-        close_old_connections()
+        recycle_connections()
         worker = f"{self.name}:{name}"
         job = self._claim(worker)
         if job is None:
@@ -438,7 +443,7 @@ class Foreman:
                 if slot.current is running:
                     slot.current = None
             self._unregister(running)
-            close_old_connections()
+            recycle_connections()
 
     def _unregister(self, running: _Running) -> None:
         with self._running_lock:
@@ -460,12 +465,16 @@ class Foreman:
                     )
                 except Exception:
                     logger.warning("heartbeat failed", exc_info=True)
-                    close_old_connections()
+                    recycle_connections()
                     continue
                 for r in running:
                     if r.job.pk in cancel:
                         r.ctx.mark_cancelled()
                     if r.job.pk not in alive and not r.ctx.lease_lost:
+                        with self._running_lock:
+                            finished = self._running.get(r.job.pk) is not r
+                        if finished:
+                            continue  # its outcome was stored since the snapshot
                         r.ctx.mark_lease_lost()
                         logger.warning(
                             "lease lost jid=%s type=%s attempt=%s",
@@ -473,7 +482,7 @@ class Foreman:
                             r.job.job_type,
                             r.job.attempt,
                         )
-                close_old_connections()
+                recycle_connections()
         finally:
             connections.close_all()
 
@@ -522,7 +531,7 @@ class Foreman:
                     if time.monotonic() >= next_reap:
                         self._reap()
                         next_reap = time.monotonic() + reap_every
-                close_old_connections()
+                recycle_connections()
                 self._done.wait(min(_SCHEDULE_EVERY_S, reap_every))
         finally:
             connections.close_all()

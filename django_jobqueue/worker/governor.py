@@ -13,8 +13,11 @@ Policy (seed 004 LocalOndemandGovernor):
 - **Shrink when idle.** An idle worker retires (:meth:`retire`) while other
   workers remain, so an idle foreman keeps one polling worker.
 - **Per-type limit.** A job type with ``concurrent = n`` runs at most ``n`` jobs at
-  once in one foreman: :meth:`excluded_types` lists the types at their limit, and
-  the claim skips them (seed 004 Governor.Spawn's ignore list).
+  once in one foreman. Claims run in parallel, so each claim first *reserves* one
+  place in every limited type that has room (:meth:`reserve`): a type is skipped
+  (seed 004 Governor.Spawn's ignore list) when ``running + reserved >= n``. When the
+  claim returns, :meth:`settle` drops the reservations and counts the job claimed.
+  A limit is never overshot, and no lock is held across the claim's round trip.
 
 The governor holds no database state; every method is thread-safe.
 """
@@ -75,6 +78,7 @@ class Governor:
         self._sleep_ms = min_sleep_ms
         self._workers = 0
         self._running: dict[str, int] = {}
+        self._reserved: dict[str, int] = {}
         self._demand = True
         self._last_spawn: float | None = None
 
@@ -170,24 +174,42 @@ class Governor:
         return self._running.get(job_type, 0)
 
     def excluded_types(self) -> list[str]:
-        """Return the job types at their ``concurrent`` limit, not to be claimed now."""
+        """Return the job types at their ``concurrent`` limit, counting reservations."""
         with self._lock:
-            return sorted(
-                name
-                for name, limit in self.concurrent.items()
-                if self._running.get(name, 0) >= limit
-            )
+            return sorted(self._full())
 
-    def try_add_job(self, job_type: str) -> bool:
-        """Count a job of ``job_type`` if under its limit; return False if at it.
+    def _full(self) -> set[str]:
+        return {
+            name
+            for name, limit in self.concurrent.items()
+            if self._running.get(name, 0) + self._reserved.get(name, 0) >= limit
+        }
 
-        Two workers may claim the last free slot of a type at once; the loser
-        hands its job back.
+    def reserve(self) -> frozenset[str]:
+        """Reserve a place for one claim in every limited type with room.
+
+        Returns
+        -------
+        frozenset[str]
+            The job types the claim must skip (at their limit). Pass it back to
+            :meth:`settle` once the claim has returned, whatever it found.
         """
         with self._lock:
-            limit = self.concurrent.get(job_type)
-            running = self._running.get(job_type, 0)
-            if limit is not None and running >= limit:
-                return False
-            self._running[job_type] = running + 1
-            return True
+            full = frozenset(self._full())
+            for name in self.concurrent:
+                if name not in full:
+                    self._reserved[name] = self._reserved.get(name, 0) + 1
+            return full
+
+    def settle(self, skipped: frozenset[str], claimed_type: str | None) -> None:
+        """Drop the reservations of a claim made with ``skipped``; count what it claimed."""
+        with self._lock:
+            for name in self.concurrent:
+                if name not in skipped:
+                    left = self._reserved.get(name, 0) - 1
+                    if left > 0:
+                        self._reserved[name] = left
+                    else:
+                        self._reserved.pop(name, None)
+            if claimed_type is not None:
+                self._running[claimed_type] = self._running.get(claimed_type, 0) + 1

@@ -90,13 +90,49 @@ def test_per_type_concurrency__types_at_their_limit_are_excluded():
     assert gov.running("mail") == 1
 
 
-def test_try_add_job__refuses_past_the_limit():
-    gov = make(concurrent={"pdf": 1})
-    assert gov.try_add_job("pdf")
-    assert not gov.try_add_job("pdf")
-    assert gov.try_add_job("unlimited")
+def test_reserve__concurrent_claims_never_overshoot_a_limit():
+    gov = make(concurrent={"pdf": 1, "mail": 2})
+    first = gov.reserve()  # a claim in flight holds pdf's only place
+    second = gov.reserve()
+    assert first == frozenset()
+    assert second == {"pdf"}
+    gov.settle(first, "pdf")
+    gov.settle(second, "mail")
+    assert gov.running("pdf") == 1
+    assert gov.running("mail") == 1
+    assert gov.excluded_types() == ["pdf"]
+    third = gov.reserve()
+    assert third == {"pdf"}
+    gov.settle(third, None)  # found nothing: the reservation is dropped
     gov.del_job("pdf")
-    assert gov.try_add_job("pdf")
+    assert gov.excluded_types() == []
+
+
+def test_reserve__threads_racing_claims_stay_within_the_limit():
+    import threading
+
+    gov = make(concurrent={"pdf": 3})
+    peak = []
+    barrier = threading.Barrier(16)
+
+    def claim():
+        barrier.wait()
+        for _ in range(200):
+            skipped = gov.reserve()
+            claimed = None if "pdf" in skipped else "pdf"
+            gov.settle(skipped, claimed)
+            peak.append(gov.running("pdf"))
+            if claimed:
+                gov.del_job("pdf")
+
+    threads = [threading.Thread(target=claim) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert max(peak) <= 3
+    assert gov.running("pdf") == 0
+    assert gov.excluded_types() == []
 
 
 @pytest.mark.parametrize(
