@@ -179,8 +179,13 @@ class Job(models.Model):
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
         indexes = [
+            # Claims of named queues, and claims of every queue (runworkers' default):
+            # both walk an index in claim order, neither sorts the waiting jobs.
             models.Index(
                 fields=["waiting", "queue", "priority", "run_at", "id"], name="jq_job_claim_idx"
+            ),
+            models.Index(
+                fields=["waiting", "priority", "run_at", "id"], name="jq_job_claim_any_idx"
             ),
             models.Index(fields=["status", "lease_expires_at"], name="jq_job_lease_idx"),
             models.Index(fields=["status", "finished_at"], name="jq_job_finished_idx"),
