@@ -38,6 +38,8 @@ INSTALLED_APPS = [
     "django_jobqueue",
     "example_project.newsletter",
 ]
+if django.VERSION < (6, 0):  # Django 5.2: django.tasks is the django_tasks backport's app.
+    INSTALLED_APPS.append("django_tasks")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -18,11 +18,13 @@ Environment knobs, all optional:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import tempfile
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -43,6 +45,10 @@ INSTALLED_APPS = [
     # The example project's app, so tests/test_example_project.py can use its models.
     "example_project.newsletter",
 ]
+# Django 5.2: the tasks framework is the django_tasks backport, set up as its docs say:
+# an installed app, without which no system check runs the TASKS backends' checks.
+if django.VERSION < (6, 0) and importlib.util.find_spec("django_tasks"):
+    INSTALLED_APPS.append("django_tasks")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -144,6 +144,22 @@ def test_backend__invalid_options_are_a_check_error_and_refused_at_enqueue():
     assert Job.objects.count() == 0
 
 
+def test_backend__invalid_options_show_in_the_system_checks():
+    # `manage.py check` runs the backend's check: Django 6 by itself, Django 5.2 only
+    # with the backport's app installed as docs/tasks.md says.
+    from django.core.checks import run_checks
+
+    tasks_setting = {
+        "default": {
+            "BACKEND": "django_jobqueue.tasks.JobQueueBackend",
+            "OPTIONS": {"retries": 2},
+        }
+    }
+    with override_settings(TASKS=tasks_setting):
+        ids = [message.id for message in run_checks()]
+    assert ids.count("django_jobqueue.E010") == 1
+
+
 # Defining tasks -------------------------------------------------------------------------
 
 
