@@ -6,8 +6,9 @@ imports whichever is there and re-exports the names :mod:`django_jobqueue.tasks`
 uses. With neither, importing it raises :class:`TasksFrameworkMissing`, an
 ``ImproperlyConfigured`` that names both ways out.
 
-Older backport releases spell two names differently (``ResultStatus`` and its
-``SUCCEEDED`` member); they are read under Django 6's names here.
+The backport spells some names differently (``InvalidTaskError``; before 0.12 the
+``SUCCEEDED`` status); they are read under Django 6's names here. pyproject.toml's
+``tasks-backport`` extra pins the releases this works with (0.9, 0.10, 0.12+).
 """
 
 from __future__ import annotations

@@ -285,7 +285,7 @@ def test_run__a_worker_runs_the_task_and_stores_its_result(sent):
     assert sent == [
         ("enqueued", "READY", result.id),
         ("started", "RUNNING", result.id),
-        ("finished", "SUCCESSFUL", result.id),
+        ("finished", str(SUCCESSFUL), result.id),  # "SUCCEEDED" before backport 0.12
     ]
     fetched = t.add.get_result(result.id)
     assert (fetched.status, fetched.return_value) == (SUCCESSFUL, 5)
@@ -340,7 +340,7 @@ def test_run__a_task_failing_twice_then_succeeding(sent):
         ("started", "RUNNING"),
         ("started", "RUNNING"),
         ("started", "RUNNING"),
-        ("finished", "SUCCESSFUL"),
+        ("finished", str(SUCCESSFUL)),
     ]
 
 
