@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,17 +39,22 @@ from .exceptions import (
     InvalidOption,
     InvalidPayload,
     InvalidRequest,
-    LockTimeout,
+    UnknownJobType,
     WrongDatabase,
 )
 from .registry import get_job_description
 
 __all__ = [
+    "MAX_DELAY",
     "MAX_ID_BYTES",
+    "MAX_JSON_DEPTH",
     "EnqueueResult",
     "JobSpec",
     "aenqueue_job",
     "build_job",
+    "check_delay",
+    "check_json",
+    "check_queue",
     "create_job",
     "enqueue_job",
     "hold_lock_names",
@@ -62,6 +65,11 @@ logger = logging.getLogger(__name__)
 
 #: Longest id (seed 002) and unique key, in bytes of UTF-8.
 MAX_ID_BYTES = 1024
+#: Deepest nesting of lists and objects in a payload or result: MariaDB's JSON
+#: columns refuse documents nested deeper than 31.
+MAX_JSON_DEPTH = 31
+#: Longest ``delay``: now plus it must stay a date every database stores (< year 10000).
+MAX_DELAY = timedelta(days=100 * 365)
 #: Unique key TTL bounds and default (seed 000), ms.
 UNIQUE_TTL_MIN_MS = 1_000
 UNIQUE_TTL_MAX_MS = 7 * 86_400_000
@@ -164,23 +172,108 @@ def _check_transaction(using: str) -> None:
             )
 
 
+def _text_problem(value: str) -> str | None:
+    """Say why ``value`` cannot be stored as text on every database, else None."""
+    if "\x00" in value:
+        return "contains a NUL character, which PostgreSQL cannot store"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid UTF-8 text (it contains a lone surrogate)"
+    return None
+
+
 def check_text(value: Any, what: str) -> str:
-    """Return ``value`` if it is 1 to 1,024 bytes of UTF-8, else raise.
+    """Return ``value`` if it is 1 to 1,024 bytes of UTF-8 without NUL, else raise.
 
     Raises
     ------
     InvalidJobId
-        If ``value`` is not a string, is empty, or is longer than 1,024 UTF-8 bytes.
+        If ``value`` is not a string, is empty, is longer than 1,024 UTF-8 bytes,
+        contains a NUL character or a lone surrogate.
     """
     if not isinstance(value, str):
         raise InvalidJobId(f"{what} must be a string: got {type(value).__name__}.")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise InvalidJobId(f"{what} is not valid UTF-8 text (lone surrogate).") from exc
+    problem = _text_problem(value)
+    if problem is not None:
+        raise InvalidJobId(f"{what} {problem}: got {value!r}; remove that character.")
+    size = len(value.encode("utf-8"))
     if not 1 <= size <= MAX_ID_BYTES:
         raise InvalidJobId(f"{what} must be 1 to {MAX_ID_BYTES} bytes of UTF-8: got {size} bytes.")
     return value
+
+
+def check_queue(queue: Any) -> str:
+    """Return ``queue`` if it is a queue name every database stores, else raise.
+
+    Raises
+    ------
+    InvalidOption
+        If ``queue`` is not a string of 1 to 100 characters without NUL or lone
+        surrogates.
+    """
+    if not isinstance(queue, str) or not 0 < len(queue) <= 100:
+        raise InvalidOption(f"queue must be a name of 1 to 100 characters: got {queue!r}.")
+    problem = _text_problem(queue)
+    if problem is not None:
+        raise InvalidOption(f"The queue name {problem}: got {queue!r}; remove that character.")
+    return queue
+
+
+def check_json(value: Any, what: str) -> Any:
+    """Return ``value`` if PostgreSQL, MariaDB and SQLite all store it as the same JSON.
+
+    JSON types only (no NaN or infinity), at most :data:`MAX_JSON_DEPTH` nested
+    lists and objects, and no string or key with a NUL character or a lone surrogate.
+
+    Raises
+    ------
+    InvalidPayload
+        If ``value`` is not such JSON; the message names ``what`` and the reason.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            texts = [item]
+        elif isinstance(item, dict | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                raise InvalidPayload(
+                    f"{what} nests lists and objects deeper than {MAX_JSON_DEPTH} levels, "
+                    "which MariaDB refuses; flatten it."
+                )
+            inner = list(item.values()) if isinstance(item, dict) else list(item)
+            stack.extend((child, depth + 1) for child in inner)
+            texts = [key for key in item if isinstance(key, str)] if isinstance(item, dict) else []
+        else:
+            continue
+        for text in texts:
+            problem = _text_problem(text)
+            if problem is not None:
+                raise InvalidPayload(
+                    f"{what} has a string that {problem}: {text[:50]!r}; remove that character."
+                )
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"{what} is not JSON: {exc}.") from exc
+    return value
+
+
+def check_delay(delay: Any) -> timedelta:
+    """Parse ``delay`` (see :func:`~django_jobqueue.durations.parse_duration`), bounded.
+
+    Raises
+    ------
+    InvalidOption
+        If ``delay`` is not a duration, is negative, or is longer than 100 years.
+    """
+    parsed = parse_duration(delay, name="delay")
+    if parsed > MAX_DELAY:
+        raise InvalidOption(
+            f"delay must be at most {MAX_DELAY.days} days: got {delay!r}; use at= for a fixed date."
+        )
+    return parsed
 
 
 def _positive_int(value: Any, name: str, minimum: int = 1, maximum: int = _MAX_PRIORITY) -> int:
@@ -214,15 +307,14 @@ def build_job(
     UnknownJobType, InvalidPayload, InvalidOption, InvalidJobId, InvalidRequest, ProRequired
         As described in :func:`enqueue_job`. Nothing is written.
     """
+    if not isinstance(job_type, str):
+        raise UnknownJobType(
+            f"job_type must be the name of a registered job type: got {job_type!r}."
+        )
     desc = get_job_description(job_type)
     config = get_config()
-    queue = queue if queue is not None else (desc.queue or config.DEFAULT_QUEUE)
-    if not isinstance(queue, str) or not 0 < len(queue) <= 100:
-        raise InvalidOption(f"queue must be a name of 1 to 100 characters: got {queue!r}.")
-    try:
-        json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"The payload of a {job_type!r} job is not JSON: {exc}.") from exc
+    queue = check_queue(queue if queue is not None else (desc.queue or config.DEFAULT_QUEUE))
+    check_json(payload, f"The payload of a {job_type!r} job")
     if delay is not None and at is not None:
         raise InvalidOption("Give either delay or at, not both.")
     if at is not None:
@@ -230,7 +322,7 @@ def build_job(
             raise InvalidOption(f"at must be a datetime: got {type(at).__name__}.")
         if timezone.is_naive(at):
             raise InvalidOption(f"at must be an aware datetime (with tzinfo): got {at!r}.")
-    delay_td = timedelta(0) if delay is None else parse_duration(delay, name="delay")
+    delay_td = timedelta(0) if delay is None else check_delay(delay)
     if expires_ms is not None:
         _positive_int(expires_ms, "expires_ms")
     if timeout_ms is not None:
@@ -249,7 +341,11 @@ def build_job(
                 f"unique_mode must be one of {', '.join(_MODES)}: got {unique_mode!r}."
             )
         if unique_ttl_ms is not None:
-            if isinstance(unique_ttl_ms, bool) or not isinstance(unique_ttl_ms, int | float):
+            if (
+                isinstance(unique_ttl_ms, bool)
+                or not isinstance(unique_ttl_ms, int | float)
+                or unique_ttl_ms != unique_ttl_ms  # NaN
+            ):
                 raise InvalidOption(f"unique_ttl_ms must be a number of ms: got {unique_ttl_ms!r}.")
             ttl_ms = int(min(max(unique_ttl_ms, UNIQUE_TTL_MIN_MS), UNIQUE_TTL_MAX_MS))
         if mode in _PRO_MODES:
@@ -348,18 +444,6 @@ def _answer_holder(spec: JobSpec, holder: tuple[str, str]) -> EnqueueResult:
     return EnqueueResult(status="deduplicated", jid=jid)
 
 
-def _retrying_sqlite_lock(using: str, timeout_ms: int) -> Iterator[int]:
-    """Yield attempt numbers while SQLite's "database is locked" may be retried."""
-    deadline = time.monotonic() + timeout_ms / 1000
-    attempt = 0
-    while True:
-        yield attempt
-        attempt += 1
-        if time.monotonic() >= deadline or connections[using].in_atomic_block:
-            return
-        time.sleep(min(0.05 * attempt, 0.5))
-
-
 def create_job(spec: JobSpec) -> EnqueueResult:
     """Insert the job of ``spec``, race-free when it carries an id or a unique key.
 
@@ -382,18 +466,7 @@ def create_job(spec: JobSpec) -> EnqueueResult:
     """
     _check_transaction(spec.using)
     timeout_ms = get_config().LOCK_TIMEOUT_MS
-    error: Exception | None = None
-    for _attempt in _retrying_sqlite_lock(spec.using, timeout_ms):
-        try:
-            return _create(spec, timeout_ms)
-        except Exception as exc:
-            if not locks.sqlite_locked(exc):
-                raise
-            error = exc
-    raise LockTimeout(
-        f"The database stayed locked for {timeout_ms} ms (SQLite allows one writer at a "
-        "time); retry, or shorten the transactions that write."
-    ) from error
+    return locks.retry_when_locked(spec.using, _create, spec, timeout_ms, timeout_ms=timeout_ms)
 
 
 def _create(spec: JobSpec, timeout_ms: int) -> EnqueueResult:

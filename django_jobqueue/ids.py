@@ -69,13 +69,15 @@ from .durations import Duration, parse_duration, to_ms
 from .enqueue import (
     JobSpec,
     _check_transaction,
-    _retrying_sqlite_lock,
     build_job,
+    check_delay,
+    check_json,
+    check_queue,
     check_text,
     hold_lock_names,
     jobs_database,
 )
-from .exceptions import InvalidOption, InvalidPayload, LockTimeout
+from .exceptions import InvalidOption, LockTimeout
 
 __all__ = [
     "DEFAULT_PAGE_JOBS",
@@ -191,11 +193,7 @@ def _view(job: Any) -> JobView:
 
 
 def _check_value(value: Any) -> Any:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"A job's value must be JSON: {exc}.") from exc
-    return value
+    return check_json(value, "A job's value")
 
 
 def _when(at: datetime | None, delay: Duration | None) -> Any:
@@ -207,7 +205,7 @@ def _when(at: datetime | None, delay: Duration | None) -> Any:
             raise InvalidOption(f"at must be an aware datetime (with tzinfo): got {at!r}.")
         return at
     if delay is not None:
-        return Now() + parse_duration(delay, name="delay")
+        return Now() + check_delay(delay)
     return None
 
 
@@ -243,8 +241,8 @@ class Queue:
         keep: Duration | None = None,
         _type_handle: bool = False,
     ) -> None:
-        if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 100):
-            raise InvalidOption(f"queue must be a name of 1 to 100 characters: got {name!r}.")
+        if name is not None:
+            check_queue(name)
         self._name = name
         self._job_type = job_type
         self._type_handle = _type_handle
@@ -674,19 +672,12 @@ def _locked(using: str, queue: str, job_id: str, body: Callable[[], T]) -> T:
     _check_transaction(using)
     timeout_ms = get_config().LOCK_TIMEOUT_MS
     names = hold_lock_names(queue, job_id=job_id)
-    error: Exception | None = None
-    for _attempt in _retrying_sqlite_lock(using, timeout_ms):
-        try:
-            with locks.creation_lock(using, names, timeout_ms=timeout_ms):
-                return body()
-        except Exception as exc:
-            if not locks.sqlite_locked(exc):
-                raise
-            error = exc
-    raise LockTimeout(
-        f"The database stayed locked for {timeout_ms} ms (SQLite allows one writer at a "
-        "time); retry, or shorten the transactions that write."
-    ) from error
+
+    def attempt() -> T:
+        with locks.creation_lock(using, names, timeout_ms=timeout_ms):
+            return body()
+
+    return locks.retry_when_locked(using, attempt, timeout_ms=timeout_ms)
 
 
 def _holder(using: str, queue: str, job_id: str, *, lock: bool = True) -> Any:
@@ -893,13 +884,14 @@ def _decode_cursor(cursor: str, failed_order: bool) -> Any:
     try:
         data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         pk = data["k"]
-        if isinstance(pk, bool) or not isinstance(pk, int):
+        # A pk every database compares (BigAutoField: signed 64 bits).
+        if isinstance(pk, bool) or not isinstance(pk, int) or not 0 <= pk < 2**63:
             raise bad
         if failed_order:
             if data["o"] != "f":
                 raise bad
             finished_at = parse_datetime(data["t"])
-            if finished_at is None:
+            if finished_at is None or timezone.is_naive(finished_at):
                 raise bad
             return finished_at, pk
         if data["o"] != "c":

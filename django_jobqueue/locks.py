@@ -42,14 +42,17 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, OperationalError, connections, transaction
 
 from .exceptions import LockTimeout
 
+T = TypeVar("T")
+
 __all__ = [
+    "retry_when_locked",
     "STRIPES",
     "close_lock_connections",
     "creation_lock",
@@ -92,6 +95,40 @@ def sqlite_locked(exc: BaseException) -> bool:
     """Whether ``exc`` is SQLite's transient "database is locked"/"busy" error."""
     text = str(exc).lower()
     return isinstance(exc, OperationalError) and ("database is locked" in text or "busy" in text)
+
+
+def retry_when_locked(
+    using: str, func: Callable[..., T], *args: Any, timeout_ms: int, **kwargs: Any
+) -> T:
+    """Call ``func(*args, **kwargs)``, retrying SQLite's "database is locked".
+
+    SQLite allows one writer at a time; a writer that finds the database locked is
+    retried with a growing pause (10 ms up to 250 ms) until ``timeout_ms`` has
+    passed. Inside the caller's open transaction nothing can be retried (the
+    transaction may have lost its work), so the first such error ends the call.
+    Other errors, and every error on other databases, pass through unchanged.
+
+    Raises
+    ------
+    LockTimeout
+        If the database stayed locked for ``timeout_ms`` milliseconds, or was locked
+        while the caller's transaction was open. Nothing was written.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    pause = 0.01
+    while True:
+        try:
+            return func(*args, **kwargs)
+        except OperationalError as exc:
+            if not sqlite_locked(exc):
+                raise
+            if connections[using].in_atomic_block or time.monotonic() >= deadline:
+                raise LockTimeout(
+                    f"The database stayed locked for {timeout_ms} ms (SQLite allows one "
+                    "writer at a time); retry, or shorten the transactions that write."
+                ) from exc
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
 
 
 @contextlib.contextmanager

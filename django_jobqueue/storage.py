@@ -19,7 +19,6 @@ Leases are deadlines by the database clock (``Now() + LEASE_MS``).
 from __future__ import annotations
 
 import logging
-import time
 import traceback as tb
 import uuid
 from collections.abc import Collection, Sequence
@@ -81,17 +80,10 @@ def dead_hold_until(job: Job) -> dict[str, Any]:
     return {"id_held_until": Now() + keep}
 
 
-def _retry_sqlite(func: Any, *args: Any, **kwargs: Any) -> Any:
-    deadline = time.monotonic() + get_config().LOCK_TIMEOUT_MS / 1000
-    delay = 0.01
-    while True:
-        try:
-            return func(*args, **kwargs)
-        except Exception as exc:
-            if not locks.sqlite_locked(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
+def _retry_sqlite(using: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+    return locks.retry_when_locked(
+        using, func, *args, timeout_ms=get_config().LOCK_TIMEOUT_MS, **kwargs
+    )
 
 
 def claim(
@@ -129,7 +121,7 @@ def claim(
 
     Implements: seed 004 JobStorage.GetAndLockAvailableJob.
     """
-    return _retry_sqlite(_claim, using, owner, limit, queues, exclude_types, lease_ms)
+    return _retry_sqlite(using, _claim, using, owner, limit, queues, exclude_types, lease_ms)
 
 
 def _claim(
@@ -208,7 +200,7 @@ def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[
                 cancel.add(pk)
         return alive, cancel
 
-    return _retry_sqlite(beat)
+    return _retry_sqlite(using, beat)
 
 
 def complete(job: Job, result: Any = None) -> bool:
@@ -361,9 +353,11 @@ def _write_or_rerun(
     the lease was lost.
     """
     for _round in range(8):
-        if _retry_sqlite(_guarded(job).filter(rerun=False).update, **fields):
+        if _retry_sqlite(job._state.db, _guarded(job).filter(rerun=False).update, **fields):
             return True
-        if _retry_sqlite(_guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)):
+        if _retry_sqlite(
+            job._state.db, _guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)
+        ):
             logger.info("rerun requested, job waits again jid=%s type=%s", job.jid, job.job_type)
             from .worker.wakeup import notify_on_commit
 
@@ -382,7 +376,7 @@ def _write_or_rerun(
 
 
 def _write(job: Job, fields: dict[str, Any], what: str) -> bool:
-    updated = _retry_sqlite(_guarded(job).update, **fields)
+    updated = _retry_sqlite(job._state.db, _guarded(job).update, **fields)
     if not updated:
         logger.warning(
             "lease lost, %s not stored jid=%s type=%s attempt=%s",
@@ -422,7 +416,7 @@ def reap_expired(using: str, *, limit: int = 100) -> int:
             fields.update(status=JobStatus.RETRY, waiting=True, run_at=Now())
         else:
             fields.update(status=JobStatus.MAX_RETRY, finished_at=Now(), **dead_hold_until(job))
-        if _retry_sqlite(stale.update, **fields):
+        if _retry_sqlite(using, stale.update, **fields):
             reaped += 1
             logger.warning(
                 "lease expired, job taken back jid=%s type=%s owner=%s",
