@@ -7,6 +7,7 @@ it); fixtures for the app's own objects follow below them.
 from __future__ import annotations
 
 import os
+from typing import Any
 from urllib.parse import quote
 
 import django
@@ -75,3 +76,27 @@ def subprocess_env(db: None) -> dict[str, str]:
         "DATABASE_URL": database_url(),
         "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
     }
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
+    """End sessions still open on the PostgreSQL test database before it is dropped.
+
+    A worker thread abandoned by a timed-out test handler keeps its connection
+    until the handler returns (Python cannot kill a thread), and PostgreSQL refuses
+    to drop a database with sessions. Leaks of the foreman itself are caught by
+    ``test_foreman__leaves_no_database_session_open``; this only keeps a slow test
+    handler from failing the teardown, and says how many it ended.
+    """
+    yield
+    with django_db_blocker.unblock():
+        if connection.vendor != "postgresql":
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            ended = cursor.fetchone()[0]
+        if ended:
+            print(f"\nconftest: ended {ended} stray session(s) on the test database")  # noqa: T201

@@ -263,3 +263,25 @@ def test_queues__only_the_named_queues_are_drained():
     assert drain(queues=["a"], concurrency=2) == {"done": 1}
     assert job_of(a).status == JobStatus.DONE
     assert job_of(b).status == JobStatus.INIT
+
+
+@pytest.mark.vendor("postgresql")
+def test_foreman__leaves_no_database_session_open():
+    from django.db import connection
+
+    def others() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return cursor.fetchone()[0]
+
+    before = others()
+    for _ in range(20):
+        enqueue_job(None, "worker.record", {"label": "x"})
+    enqueue_job(None, "worker.async", {})
+    assert drain(concurrency=4) == {"done": 21}
+    # Worker threads, runners, the heartbeat and the LISTEN connection are all closed
+    # by the time run() returns.
+    assert others() == before
