@@ -1,0 +1,30 @@
+"""Job types of the adversarial tests (tests/test_adversarial.py): hostile outcomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_jobqueue.registry import job
+
+
+@job("adv.echo", queue="adv", max_retry=0)
+def echo(payload: Any = None, ctx: Any = None) -> Any:
+    """Return the payload's ``result`` (a result the test chooses)."""
+    kind = (payload or {}).get("result")
+    if kind == "nul":
+        return "a\x00b"
+    if kind == "surrogate":
+        return "\ud800"
+    if kind == "deep":
+        value: Any = []
+        for _ in range(100_000):
+            value = [value]
+        return value
+    return kind
+
+
+@job("adv.raise", queue="adv", max_retry=0)
+def raise_(payload: Any = None, ctx: Any = None) -> Any:
+    """Raise an error whose message carries the payload's ``text`` (NUL, surrogates)."""
+    text = {"nul": "bad\x00byte", "surrogate": "bad\ud800char"}[(payload or {})["text"]]
+    raise ValueError(text)
