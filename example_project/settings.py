@@ -151,7 +151,7 @@ JOBQUEUE = {
     # How long dead letters and done jobs stay before `manage.py jobqueue prune`.
     "KEEP": "7d",
     "RETENTION": "3d",
-    # Periodic plans (docs/schedules.md): the editors' digest every morning at 07:00.
+    # Periodic plans (README, "Periodic jobs"): the editors' digest every morning at 07:00.
     "SCHEDULES": {
         "daily-digest": {
             "job_type": "newsletter.daily_digest",
@@ -161,7 +161,8 @@ JOBQUEUE = {
     },
 }
 
-# Django's tasks framework (docs/tasks.md): @task functions run as jobs on our workers.
+# Django's tasks framework (README, "Using Django's @task"): @task functions run
+# as jobs on our workers.
 TASKS = {
     "default": {
         "BACKEND": "django_jobqueue.tasks.JobQueueBackend",

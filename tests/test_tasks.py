@@ -146,7 +146,7 @@ def test_backend__invalid_options_are_a_check_error_and_refused_at_enqueue():
 
 def test_backend__invalid_options_show_in_the_system_checks():
     # `manage.py check` runs the backend's check: Django 6 by itself, Django 5.2 only
-    # with the backport's app installed as docs/tasks.md says.
+    # with the backport's app installed as the README ("Using Django's @task") says.
     from django.core.checks import run_checks
 
     tasks_setting = {
