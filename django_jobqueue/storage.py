@@ -209,6 +209,11 @@ def complete(job: Job, result: Any = None) -> bool:
     The id's hold lasts ``dedupe`` more (seed 002), else ends now; an
     ``until_executed`` unique key frees now (seed 000).
     """
+    from .enqueue import check_json
+
+    # InvalidPayload (a ValueError) before any write: the executor stores it as the
+    # job's failure, rather than leaving the job processing until its lease expires.
+    check_json(result, "The handler's result")
     dedupe, _keep = _id_hold_options(job)
     fields: dict[str, Any] = {
         "status": JobStatus.DONE,
@@ -227,6 +232,20 @@ def complete(job: Job, result: Any = None) -> bool:
     return _write_or_rerun(job, fields, "complete", {"result": result}) is not None
 
 
+def _storable(text: str) -> str:
+    """Return ``text`` with NUL and lone surrogates escaped, so every database stores it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def _describe(exc: BaseException) -> str:
+    """Return ``"Class: message"`` of ``exc``, even when its ``str()`` raises."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 (a handler's error whose __str__ is broken)
+        text = "<str() failed>"
+    return f"{type(exc).__name__}: {text}"
+
+
 def _error_entry(job: Job, exc: BaseException | None, message: str) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "attempt": job.attempt,
@@ -239,7 +258,7 @@ def _error_entry(job: Job, exc: BaseException | None, message: str) -> dict[str,
         cls = type(exc)
         entry["exception_class"] = f"{cls.__module__}.{cls.__qualname__}"
         if not job.secure:
-            entry["traceback"] = "".join(tb.format_exception(exc))
+            entry["traceback"] = _storable("".join(tb.format_exception(exc)))
     return entry
 
 
@@ -258,7 +277,7 @@ def fail(
     unique key until the key's TTL (seed 000: an ``until_executed`` lock is not freed
     by a failure).
     """
-    message = message or (f"{type(exc).__name__}: {exc}" if exc is not None else "failed")
+    message = _storable(message or (_describe(exc) if exc is not None else "failed"))
     errors = [*job.errors, _error_entry(job, exc, message)]
     fields: dict[str, Any] = {
         "errors": errors,

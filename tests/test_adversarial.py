@@ -19,6 +19,7 @@ from django_jobqueue import enqueue_job
 from django_jobqueue.exceptions import JobQueueError
 from django_jobqueue.ids import Queue
 from django_jobqueue.models import Job, JobStatus
+from tests.workers_helpers import drain
 
 
 def _nested(depth: int) -> Any:
@@ -103,3 +104,24 @@ def test_ids__bad_input_is_a_typed_error_and_writes_nothing(case: str) -> None:
         assert Job.objects.count() == 1
     job = Job.objects.get()
     assert (job.payload, job.status) == ("before", JobStatus.INIT)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("kind", ["nul", "surrogate", "deep"])
+def test_worker__unstorable_result_fails_the_job_for_good_at_once(kind: str) -> None:
+    jid = enqueue_job("adv", "adv.echo", {"result": kind}).jid
+    outcomes = drain(["adv"], concurrency=1)
+    job = Job.objects.get(jid=jid)
+    assert (outcomes, job.status, job.attempt) == ({"error": 1}, JobStatus.ERROR, 1)
+    assert "not JSON" in job.message
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("kind", ["nul", "surrogate", "broken str"])
+def test_worker__unprintable_error_is_stored_as_the_attempts_failure(kind: str) -> None:
+    jid = enqueue_job("adv", "adv.raise", {"text": kind}).jid
+    outcomes = drain(["adv"], concurrency=1)
+    job = Job.objects.get(jid=jid)
+    assert (outcomes, job.status) == ({"max_retry": 1}, JobStatus.MAX_RETRY)
+    assert job.message.startswith(("ValueError: bad", "_BrokenStr"))
+    assert "adversarial.py" in job.errors[0]["traceback"]

@@ -26,5 +26,14 @@ def echo(payload: Any = None, ctx: Any = None) -> Any:
 @job("adv.raise", queue="adv", max_retry=0)
 def raise_(payload: Any = None, ctx: Any = None) -> Any:
     """Raise an error whose message carries the payload's ``text`` (NUL, surrogates)."""
-    text = {"nul": "bad\x00byte", "surrogate": "bad\ud800char"}[(payload or {})["text"]]
-    raise ValueError(text)
+    kind = (payload or {})["text"]
+    if kind == "broken str":
+        raise _BrokenStr
+    raise ValueError({"nul": "bad\x00byte", "surrogate": "bad\ud800char"}[kind])
+
+
+class _BrokenStr(ValueError):
+    """An error whose ``str()`` itself raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
