@@ -45,6 +45,19 @@ def parse_duration(value: Duration, *, name: str = "duration") -> timedelta:
     """
     if isinstance(value, bool):
         raise InvalidOption(f"{name} must be a duration, not a boolean: got {value!r}.")
+    try:
+        result = _to_timedelta(value, name)
+    except OverflowError as exc:
+        raise InvalidOption(
+            f"{name} is longer than 999,999,999 days: got {value!r}; use a shorter duration."
+        ) from exc
+    if result < timedelta(0):
+        raise InvalidOption(f"{name} must not be negative: got {value!r}.")
+    return result
+
+
+def _to_timedelta(value: Duration, name: str) -> timedelta:
+    """Return ``value`` as a ``timedelta``; OverflowError if it is too long for one."""
     if isinstance(value, timedelta):
         result = value
     elif isinstance(value, int | float):
@@ -65,8 +78,6 @@ def parse_duration(value: Duration, *, name: str = "duration") -> timedelta:
             f"{name} must be a timedelta, a number of seconds or a string like '5s': "
             f"got {type(value).__name__}."
         )
-    if result < timedelta(0):
-        raise InvalidOption(f"{name} must not be negative: got {value!r}.")
     return result
 
 

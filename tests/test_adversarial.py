@@ -8,15 +8,19 @@ once leaked a raw database or Python error on at least one of the three database
 from __future__ import annotations
 
 import base64
+import io
 import json
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import transaction
 
 from django_jobqueue import enqueue_job
-from django_jobqueue.exceptions import JobQueueError
+from django_jobqueue.durations import parse_duration
+from django_jobqueue.exceptions import InvalidOption, JobQueueError
 from django_jobqueue.ids import Queue
 from django_jobqueue.models import Job, JobStatus
 from tests.workers_helpers import drain
@@ -125,3 +129,32 @@ def test_worker__unprintable_error_is_stored_as_the_attempts_failure(kind: str) 
     assert (outcomes, job.status) == ({"max_retry": 1}, JobStatus.MAX_RETRY)
     assert job.message.startswith(("ValueError: bad", "_BrokenStr"))
     assert "adversarial.py" in job.errors[0]["traceback"]
+
+
+@pytest.mark.parametrize("delay", ["99999999999d", 10**20, "1" * 400])
+def test_durations__overflowing_duration_is_a_typed_error(delay: Any) -> None:
+    with pytest.raises(InvalidOption):
+        parse_duration(delay, name="delay")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["prune", "--retention", "99999999999d"],
+        ["prune", "--retention", "3650000d"],
+        ["prune", "--dead", "--keep", "99999999999d"],
+        ["prune", "--batch-size", "99999999999999999999"],
+        # Bytes that are not UTF-8 reach argv as lone surrogates (surrogateescape).
+        ["status", "--queue", "q\udcff"],
+        ["retry", "--queue", "q\udcff"],
+        ["retry", "--jid", "x\udcff"],
+        ["retry", "--type", "t\udcff", "--dry-run"],
+        ["schedules", "--run-now", "a\udcff"],
+    ],
+)
+def test_jobqueue_command__bad_flag_is_a_command_error(argv: list[str]) -> None:
+    enqueue_job("adv", "adv.echo", None)
+    with pytest.raises(CommandError):
+        call_command("jobqueue", *argv, stdout=io.StringIO(), stderr=io.StringIO())
+    assert Job.objects.count() == 1

@@ -160,7 +160,7 @@ def test_prune__bad_batch_size(value: str) -> None:
     with pytest.raises(CommandError) as info:
         jobqueue("prune", "--batch-size", value)
     assert str(info.value) == (
-        f"Error: argument --batch-size: must be an integer >= 1: got {value!r}"
+        f"Error: argument --batch-size: must be an integer from 1 to 1,000,000: got {value!r}"
     )
 
 

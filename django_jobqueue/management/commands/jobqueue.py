@@ -90,26 +90,44 @@ def subcommand(
 # Argument types -----------------------------------------------------------------
 
 
+#: Largest integer option (a batch size): every database's LIMIT takes it.
+_MAX_INT_OPTION = 1_000_000
+#: Longest duration option: now minus it must stay a date every database stores.
+_MAX_DURATION = timedelta(days=100 * 365)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1: got {text!r}")
+    if not 1 <= value <= _MAX_INT_OPTION:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer from 1 to {_MAX_INT_OPTION:,}: got {text!r}"
+        )
     return value
 
 
 def _duration(text: str) -> timedelta:
     try:
-        return parse_duration(text, name="the duration")
+        value = parse_duration(text, name="the duration")
     except InvalidOption as exc:
         raise argparse.ArgumentTypeError(str(exc).rstrip(".")) from exc
+    if value > _MAX_DURATION:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {_MAX_DURATION.days:,} days: got {text!r}"
+        )
+    return value
 
 
 def _name(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
+    # Bytes that are not UTF-8 reach argv as lone surrogates, which no database stores.
+    if "\x00" in text or any("\ud800" <= char <= "\udfff" for char in text):
+        raise argparse.ArgumentTypeError(
+            f"must be UTF-8 text without NUL: got {text!r}; check the terminal's encoding"
+        )
     return text
 
 
