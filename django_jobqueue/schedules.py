@@ -388,6 +388,11 @@ def add_job_with_schedule(
         name = f"once:{job_type}:{uuid.uuid4().hex}"
     if not isinstance(name, str) or not 0 < len(name) <= 200:
         raise InvalidOption(f"name must be 1 to 200 characters: got {name!r}.")
+    from .enqueue import _text_problem
+
+    problem = _text_problem(name)
+    if problem is not None:
+        raise InvalidOption(f"The schedule name {problem}: got {name!r}; remove that character.")
     try:
         with transaction.atomic(using=spec.using):
             plan = ScheduleJob.objects.using(spec.using).create(

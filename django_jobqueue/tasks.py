@@ -452,7 +452,7 @@ class JobQueueBackend(BaseTaskBackend):
         from .models import Job
 
         try:
-            job = await Job.objects.using(jobs_database()).aget(jid=str(result_id))
+            job = await Job.objects.using(jobs_database()).aget(jid=_jid(result_id))
         except Job.DoesNotExist as exc:
             raise TaskResultDoesNotExist(result_id) from exc
         return task_result_from_job(job)
@@ -461,7 +461,7 @@ class JobQueueBackend(BaseTaskBackend):
         from .models import Job
 
         try:
-            job = Job.objects.using(using).get(jid=str(result_id))
+            job = Job.objects.using(using).get(jid=_jid(result_id))
         except Job.DoesNotExist as exc:
             raise TaskResultDoesNotExist(result_id) from exc
         return task_result_from_job(job, task=task)
@@ -486,6 +486,21 @@ class JobQueueBackend(BaseTaskBackend):
                 obj=f"TASKS[{self.alias!r}]",
                 id="django_jobqueue.E011",
             )
+
+
+def _jid(result_id: Any) -> str:
+    """Return ``result_id`` as a jid to look up; ``Job.DoesNotExist`` if none can match.
+
+    A jid is 32 hex digits: text no database can compare (NUL, lone surrogates) or
+    longer than that matches no job, and must not reach the database as a query.
+    """
+    from .enqueue import _text_problem
+    from .models import Job
+
+    text = str(result_id)
+    if len(text) > 32 or _text_problem(text) is not None:
+        raise Job.DoesNotExist(text)
+    return text
 
 
 def _unique_key(path: str, args: list[Any], kwargs: dict[str, Any]) -> str:

@@ -14,15 +14,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.utils import timezone
 
 from django_jobqueue import enqueue_job
 from django_jobqueue.durations import parse_duration
 from django_jobqueue.exceptions import InvalidOption, JobQueueError
 from django_jobqueue.ids import Queue
-from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.models import Job, JobStatus, ScheduleJob
+from django_jobqueue.schedules import add_job_with_schedule
 from tests.workers_helpers import drain
 
 
@@ -158,3 +161,23 @@ def test_jobqueue_command__bad_flag_is_a_command_error(argv: list[str]) -> None:
     with pytest.raises(CommandError):
         call_command("jobqueue", *argv, stdout=io.StringIO(), stderr=io.StringIO())
     assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ["a\x00b", "\ud800", "plan\udcff"])
+def test_schedules__name_no_database_stores_is_a_typed_error(name: str) -> None:
+    with transaction.atomic():
+        with pytest.raises(InvalidOption):
+            add_job_with_schedule("adv.echo", at=timezone.now() + timedelta(hours=1), name=name)
+        assert ScheduleJob.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("result_id", ["x\x00", "\ud800", "a" * 5000])
+def test_tasks__get_result_of_impossible_id_does_not_exist(result_id: str) -> None:
+    from django_jobqueue.compat import TaskResultDoesNotExist, task_backends
+
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(result_id)
+    with pytest.raises(TaskResultDoesNotExist):
+        async_to_sync(task_backends["default"].aget_result)(result_id)
