@@ -46,7 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_SLEEP_MS": 2_000,
     # Seed 004 QueueConfig.CleanError: whether `jobqueue prune` deletes dead letters.
     "CLEAN_ERROR": False,
-    # Lease of a claimed job (ms) and the heartbeat interval that extends it (ms).
+    # Lease of a claimed job (ms) and the heartbeat interval that extends it (ms, at most
+    # a third of the lease, so two heartbeats can be lost before the lease expires).
     "LEASE_MS": 60_000,
     "HEARTBEAT_MS": 15_000,
     "DEFAULT_QUEUE": "default",
@@ -186,9 +187,9 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             durations[key] = parse_duration(values[key], name=f"JOBQUEUE[{key!r}]")
         except InvalidOption as exc:
             errors.append(str(exc))
-    if not errors and values["HEARTBEAT_MS"] * 2 > values["LEASE_MS"]:
+    if not errors and values["HEARTBEAT_MS"] * 3 > values["LEASE_MS"]:
         errors.append(
-            "JOBQUEUE['HEARTBEAT_MS'] must be at most half of LEASE_MS, so a lease is "
+            "JOBQUEUE['HEARTBEAT_MS'] must be at most a third of LEASE_MS, so a lease is "
             f"extended before it expires: got {values['HEARTBEAT_MS']} and {values['LEASE_MS']}."
         )
     if not errors and values["MIN_SLEEP_MS"] > values["MAX_SLEEP_MS"]:
