@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connections
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_jobqueue import locks, storage
@@ -551,9 +552,15 @@ def test_async_twins():
 
 
 # -- debounce, throttle, dedupe --------------------------------------------------------
+#
+# These tests sleep, so on a loaded machine any statement can stall for a second or
+# more. "Due" is therefore decided against the job's own stored run_at and the
+# database's clock (the one claim compares with), never against how long the test
+# thought its loop took.
 
 
 def _claim_within(queue: str, seconds: float) -> list[Job]:
+    """Claim until something comes (an "eventually": a long deadline costs nothing)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         jobs = claim(queue)
@@ -563,24 +570,74 @@ def _claim_within(queue: str, seconds: float) -> list[Job]:
     return []
 
 
+def _db_now(job_id: str) -> datetime:
+    """Return the database's clock, the one ``storage.claim`` compares run_at with."""
+    return Job.objects.filter(queue=QUEUE, job_id=job_id).values_list(Now(), flat=True)[0]
+
+
+def _debounce(job_id: str) -> Job | None:
+    """Run the 20 sets 100 ms apart on ``job_id``; return the one run, or None if void.
+
+    Each set must move the stored run_at to at least 1 s past the database's clock
+    before the call, later than the previous one, and no claim may find the job while
+    that run_at is ahead. An attempt is void (None) only when a claim found the job
+    and the database's clock shows it really was due: the machine stalled for longer
+    than the delay between a set and the next claim, which proves nothing either way.
+    """
+    first_at = previous_at = None
+    claimed_after_first_at = False
+    for i in range(20):
+        if previous_at is not None:
+            before = _db_now(job_id)
+        draft.set(job_id, {"n": i}, delay="1s")
+        row = holder(job_id)
+        if previous_at is None:
+            first_at = row.run_at
+        else:
+            assert row.run_at >= before + timedelta(seconds=1)  # the call moved it 1 s on
+            assert row.run_at > previous_at
+        previous_at = row.run_at
+        checked_at = _db_now(job_id)
+        jobs = claim()
+        if jobs:
+            (job,) = jobs
+            # Claimed: only fine if its stored run_at had really passed (a stall).
+            assert _db_now(job_id) >= row.run_at, "claimed before its run_at"
+            storage.complete(job)
+            return None
+        claimed_after_first_at |= checked_at > first_at
+        time.sleep(0.1)
+    # The loop outlasted the first call's delay: without the moves it would have run.
+    assert claimed_after_first_at
+    (job,) = _claim_within(QUEUE, 60)
+    return job
+
+
 @pytest.mark.django_db(transaction=True)
 def test_debounce__20_sets_100ms_apart_run_once_with_the_last_value():
-    for i in range(20):
-        draft.set("note:1", {"n": i}, delay="1s")
-        assert claim() == []  # each call moved the run 1 s on
-        time.sleep(0.1)
-    (job,) = _claim_within(QUEUE, 10)
-    assert job.payload == {"n": 19}
+    for attempt in range(5):
+        job_id = f"note:{attempt}"
+        job = _debounce(job_id)
+        if job is not None:
+            break
+    else:
+        pytest.fail("every attempt stalled past the 1 s delay between a set and a claim")
+    assert (job.job_id, job.payload) == (job_id, {"n": 19})
     storage.complete(job)
     assert claim() == []
-    assert Job.objects.filter(queue=QUEUE).count() == 1
+    assert Job.objects.filter(queue=QUEUE, job_id=job_id).count() == 1
 
 
 @pytest.mark.django_db(transaction=True)
 def test_throttle__20_adds_run_once_with_the_first_value():
-    answers = [draft.add({"n": i}, id="report:team", delay="1s") for i in range(20)]
-    assert answers == [True] + [False] * 19
-    (job,) = _claim_within(QUEUE, 10)
+    assert draft.add({"n": 0}, id="report:team", delay="1s") is True
+    first = holder("report:team")
+    answers = [draft.add({"n": i}, id="report:team", delay="1s") for i in range(1, 20)]
+    assert answers == [False] * 19
+    # The first call stands: its value and its time, whatever the machine's load.
+    after = holder("report:team")
+    assert (after.pk, after.payload, after.run_at) == (first.pk, {"n": 0}, first.run_at)
+    (job,) = _claim_within(QUEUE, 60)
     assert job.payload == {"n": 0}
     storage.complete(job)
     assert claim() == []
