@@ -105,27 +105,60 @@ def retry_when_locked(
     SQLite allows one writer at a time; a writer that finds the database locked is
     retried with a growing pause (10 ms up to 250 ms) until ``timeout_ms`` has
     passed. Inside the caller's open transaction nothing can be retried (the
-    transaction may have lost its work), so the first such error ends the call.
-    Other errors, and every error on other databases, pass through unchanged.
+    transaction may have lost its work), so the first such error ends the call with
+    a :class:`LockTimeout` that an outer call of this function, made outside any
+    transaction around the whole transaction, retries in turn. Other errors, and
+    every error on other databases, pass through unchanged.
+
+    Parameters
+    ----------
+    using:
+        Database alias ``func`` writes to.
+    func:
+        The call to make; when called outside a transaction, it should open and
+        end its own, so a retry starts afresh.
+    timeout_ms:
+        How long to keep retrying, in milliseconds.
+
+    Returns
+    -------
+    T
+        What ``func`` returned.
 
     Raises
     ------
     LockTimeout
         If the database stayed locked for ``timeout_ms`` milliseconds, or was locked
-        while the caller's transaction was open. Nothing was written.
+        while the caller's transaction was open (the message says which). Nothing
+        was written.
+
+    Implements: seed 004, "Duplicate-job locking" (SQLite's single writer).
     """
-    deadline = time.monotonic() + timeout_ms / 1000
+    start = time.monotonic()
+    deadline = start + timeout_ms / 1000
     pause = 0.01
     while True:
         try:
             return func(*args, **kwargs)
-        except OperationalError as exc:
-            if not sqlite_locked(exc):
+        except (OperationalError, LockTimeout) as exc:
+            if not (sqlite_locked(exc) or getattr(exc, "retry_outside_transaction", False)):
                 raise
-            if connections[using].in_atomic_block or time.monotonic() >= deadline:
+            if connections[using].in_atomic_block:
+                error = LockTimeout(
+                    f"The database {using!r} was locked while a transaction was open on it, "
+                    "so the write could not wait (SQLite allows one writer at a time, and a "
+                    "transaction that has read cannot wait for the write lock); set "
+                    f"DATABASES[{using!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE', or "
+                    "retry the whole transaction."
+                )
+                error.retry_outside_transaction = True  # type: ignore[attr-defined]
+                raise error from exc
+            if time.monotonic() >= deadline:
+                waited_ms = int((time.monotonic() - start) * 1000)
                 raise LockTimeout(
-                    f"The database stayed locked for {timeout_ms} ms (SQLite allows one "
-                    "writer at a time); retry, or shorten the transactions that write."
+                    f"The database {using!r} stayed locked for {waited_ms} ms, past the "
+                    f"lock timeout of {timeout_ms} ms (SQLite allows one writer at a time); "
+                    "retry, or shorten the transactions that write."
                 ) from exc
         time.sleep(pause)
         pause = min(pause * 2, 0.25)

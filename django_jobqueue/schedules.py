@@ -16,7 +16,10 @@ seed 004                        here
 **Exactly one job per (plan, tick).** Each foreman calls :func:`materialize_due`
 about once a second. For each due plan it opens one transaction, locks the plan's
 row (``FOR UPDATE SKIP LOCKED``: a plan another process is materialising is left to
-it; SQLite's immediate write transaction serialises instead), creates the tick's job
+it; on SQLite its one writer serialises instead, and a transaction that meets
+"database is locked" is rolled back and retried whole, from outside it, within
+``LOCK_TIMEOUT_MS``, which is what a connection without ``transaction_mode``
+``IMMEDIATE`` needs), creates the tick's job
 through the no-duplicate path with the id ``schedule:<name>:<tick in UTC>``, and
 advances ``schedule_at`` with an ``UPDATE`` guarded on the old ``schedule_at``. The
 job and the advance commit together or not at all, so a crash between them loses
@@ -56,7 +59,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -548,18 +550,15 @@ def _materialize_plan(plan: ScheduleJob, now: datetime) -> tuple[int, dict[str, 
     return len(made), fields
 
 
-def _retry_locked(func: Any, *args: Any) -> Any:
-    """Run ``func(*args)``, retrying SQLite's "database is locked" within the lock timeout."""
-    deadline = time.monotonic() + get_config().LOCK_TIMEOUT_MS / 1000
-    pause = 0.01
-    while True:
-        try:
-            return func(*args)
-        except Exception as exc:
-            if not locks.sqlite_locked(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.25)
+def _retry_locked(using: str, func: Any, *args: Any) -> Any:
+    """Run ``func(*args)``, retrying SQLite's "database is locked" within the lock timeout.
+
+    ``func`` opens and ends its own transaction, so each retry starts afresh: on
+    SQLite without ``transaction_mode`` ``IMMEDIATE`` a transaction that has read
+    fails at once when it tries to write while another connection writes, and only
+    retrying the whole transaction, from outside it, gets through.
+    """
+    return locks.retry_when_locked(using, func, *args, timeout_ms=get_config().LOCK_TIMEOUT_MS)
 
 
 def _materialize_one(using: str, pk: int, now: datetime) -> int:
@@ -656,11 +655,11 @@ def materialize_due(using: str, *, now: datetime | None = None) -> int:
         rows = plans.filter(schedule_at__lte=now).order_by("schedule_at", "pk")
         return [(pk, now) for pk in rows.values_list("pk", flat=True)[:MAX_PLANS_PER_CALL]]
 
-    _retry_locked(_arm_new_plans, using, now or timezone.now())
+    _retry_locked(using, _arm_new_plans, using, now or timezone.now())
     made = 0
-    for pk, plan_now in _retry_locked(due_plans):
+    for pk, plan_now in _retry_locked(using, due_plans):
         try:
-            made += _retry_locked(_materialize_one, using, pk, plan_now)
+            made += _retry_locked(using, _materialize_one, using, pk, plan_now)
         except Exception:
             logger.exception("schedule pk=%s: materialising failed; retried next pass", pk)
     return made
@@ -893,7 +892,7 @@ def sync_declared_plans(using: str, *, now: datetime | None = None) -> dict[str,
     for name, plan in plans.items():
         for attempt in range(3):
             try:
-                counts[_retry_locked(_sync_one, using, name, plan, now)] += 1
+                counts[_retry_locked(using, _sync_one, using, name, plan, now)] += 1
                 break
             except IntegrityError:  # another foreman created it first
                 if attempt == 2:
@@ -903,9 +902,10 @@ def sync_declared_plans(using: str, *, now: datetime | None = None) -> dict[str,
     if plans:
         stale = stale.exclude(name__in=list(plans))
     counts["retired"] = _retry_locked(
+        using,
         lambda: stale.update(
             enabled=False, status=ScheduleStatus.RETIRED, schedule_at=None, updated_at=Now()
-        )
+        ),
     )
     logger.info(
         "schedules synced created=%s updated=%s unchanged=%s retired=%s",
