@@ -22,8 +22,9 @@ Policy
   run ``batch_size`` primary keys per statement, each its own short transaction, so
   a big prune never holds a long lock.
 - **Status**: per queue, counts by status, the age of the oldest due waiting job
-  and the live workers (distinct ``lease_owner`` of running jobs whose lease has not
-  expired, by the database clock).
+  and the busy workers (distinct ``lease_owner`` of running jobs whose lease has not
+  expired, by the database clock: workers holding a job now; an idle worker holds
+  none and is not counted, since no registry of workers exists).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ __all__ = [
     "delete_jobs",
     "disable_schedules",
     "enable_schedules",
-    "live_workers",
+    "busy_workers",
     "prune",
     "queue_status",
     "retry_jobs",
@@ -135,8 +136,9 @@ class QueueStatus:
     counts: dict[str, int] = field(default_factory=dict)
     #: Seconds the oldest due waiting job has waited since its ``run_at``; None: none due.
     oldest_waiting_s: float | None = None
-    #: Distinct ``lease_owner`` values of running jobs with an unexpired lease.
-    live_workers: int = 0
+    #: Workers holding a job of this queue now: distinct ``lease_owner`` values of
+    #: running jobs with an unexpired lease (idle workers are not counted).
+    busy_workers: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Return the status as JSON-ready data."""
@@ -144,7 +146,7 @@ class QueueStatus:
             "queue": self.queue,
             "counts": dict(self.counts),
             "oldest_waiting_s": self.oldest_waiting_s,
-            "live_workers": self.live_workers,
+            "busy_workers": self.busy_workers,
         }
 
 
@@ -451,7 +453,7 @@ def prune(
 
 
 def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[QueueStatus]:
-    """Return every queue's counts by status, oldest due waiting age and live workers.
+    """Return every queue's counts by status, oldest due waiting age and busy workers.
 
     Parameters
     ----------
@@ -464,8 +466,9 @@ def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[Que
     -------
     list of QueueStatus
         One per queue, by name. The oldest waiting age is in seconds since the
-        job's ``run_at``; live workers count distinct ``lease_owner`` values of
-        running jobs whose lease has not expired by the database clock.
+        job's ``run_at``; busy workers count distinct ``lease_owner`` values of
+        running jobs whose lease has not expired by the database clock (workers
+        holding a job now; idle workers are not counted).
 
     Implements: issue 2 item 7 "status".
     """
@@ -498,14 +501,17 @@ def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[Que
             queue=name,
             counts=counts.get(name, dict.fromkeys(JobStatus.values, 0)),
             oldest_waiting_s=None if name not in oldest else max(0.0, round(oldest[name], 3)),
-            live_workers=workers.get(name, 0),
+            busy_workers=workers.get(name, 0),
         )
         for name in names
     ]
 
 
-def live_workers(using: str) -> int:
-    """Return how many workers are live: distinct ``lease_owner`` of running jobs.
+def busy_workers(using: str) -> int:
+    """Return how many workers hold a job now: distinct ``lease_owner`` of running jobs.
+
+    An idle worker holds no job and is not counted: no registry of workers exists,
+    so this is not the number of workers running.
 
     Parameters
     ----------
@@ -518,7 +524,7 @@ def live_workers(using: str) -> int:
         Distinct owners of ``processing`` jobs whose lease has not expired by the
         database clock (a worker thread with a job in hand).
 
-    Implements: issue 2 item 7 "status" (live workers).
+    Implements: issue 2 item 7 "status" (busy workers).
     """
     return (
         Job.objects.using(using)

@@ -48,12 +48,12 @@ def test_status__table() -> None:
 
     assert jobqueue("status") == (
         "queue    init  processing  retry  error  max_retry  done  cancelled"
-        "  oldest_waiting_s  workers\n"
+        "  oldest_waiting_s  busy_workers\n"
         "default     0           2      0      0          0     0          0"
-        "                 -        2\n"
+        "                 -             2\n"
         "emails      1           0      0      0          1     2          0"
-        "                 -        0\n"
-        "Live workers: 2\n"
+        "                 -             0\n"
+        "Busy workers (holding a job now): 2\n"
     )
 
 
@@ -65,12 +65,12 @@ def test_status__json_and_oldest_wait() -> None:
 
     data = json.loads(jobqueue("status", "--json"))
 
-    assert data["live_workers"] == 1
+    assert data["busy_workers"] == 1
     [emails] = data["queues"]
     assert emails["queue"] == "emails"
     assert emails["counts"]["init"] == 2
     assert emails["counts"]["processing"] == 2
-    assert emails["live_workers"] == 1
+    assert emails["busy_workers"] == 1
     assert 120 <= emails["oldest_waiting_s"] < 3_600
 
 
@@ -195,8 +195,9 @@ def test_retry__by_type_and_jid() -> None:
     b = make_job(job_type="maint.noop", status=JobStatus.ERROR)
     c = make_job(job_type="maint.noop", status=JobStatus.ERROR)
 
-    assert jobqueue("retry", "--type", "maint.secret") == "Retried 1 dead jobs; they are due now.\n"
-    assert jobqueue("retry", "--jid", b.jid) == "Retried 1 dead jobs; they are due now.\n"
+    assert jobqueue("retry", "--type", "maint.secret", "--dry-run") == "Would retry 1 dead job.\n"
+    assert jobqueue("retry", "--type", "maint.secret") == "Retried 1 dead job; it is due now.\n"
+    assert jobqueue("retry", "--jid", b.jid) == "Retried 1 dead job; it is due now.\n"
 
     statuses = dict(Job.objects.values_list("pk", "status"))
     assert statuses == {a.pk: JobStatus.INIT, b.pk: JobStatus.INIT, c.pk: JobStatus.ERROR}

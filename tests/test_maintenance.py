@@ -262,7 +262,7 @@ def test_prune__retention_override() -> None:
 # status ----------------------------------------------------------------------------
 
 
-def test_queue_status__counts_oldest_wait_and_live_workers() -> None:
+def test_queue_status__counts_oldest_wait_and_busy_workers() -> None:
     now = timezone.now()
     make_job(queue="emails", status=JobStatus.INIT, run_at=now - timedelta(seconds=90))
     make_job(queue="emails", status=JobStatus.RETRY, attempt=1, run_at=now - timedelta(seconds=5))
@@ -287,13 +287,13 @@ def test_queue_status__counts_oldest_wait_and_live_workers() -> None:
         "done": 0,
         "cancelled": 0,
     }
-    assert emails.live_workers == 2
+    assert emails.busy_workers == 2
     assert emails.oldest_waiting_s is not None and 90 <= emails.oldest_waiting_s < 3_600
     reports = rows["reports"]
     assert (reports.counts["done"], reports.counts["max_retry"]) == (4, 1)
     assert reports.oldest_waiting_s is None
-    assert reports.live_workers == 0
-    assert maintenance.live_workers("default") == 2
+    assert reports.busy_workers == 0
+    assert maintenance.busy_workers("default") == 2
 
 
 def test_queue_status__named_queues_even_without_jobs() -> None:

@@ -179,7 +179,7 @@ def _format_age(seconds: float | None) -> str:
 
 @subcommand(
     "status",
-    help="Per queue: jobs by status, the oldest due job's wait (s) and the live workers.",
+    help="Per queue: jobs by status, the oldest due job's wait (s) and the busy workers.",
     arguments=_status_arguments,
 )
 def _status(
@@ -192,21 +192,21 @@ def _status(
 ) -> None:
     using = _jobs_database(database)
     rows = maintenance.queue_status(using, queues=queues)
-    workers = maintenance.live_workers(using)
+    workers = maintenance.busy_workers(using)
     if as_json:
-        data = {"queues": [row.as_dict() for row in rows], "live_workers": workers}
+        data = {"queues": [row.as_dict() for row in rows], "busy_workers": workers}
         command.stdout.write(json.dumps(data, indent=2, sort_keys=True))
         return
     if not rows:
         command.stdout.write("No jobs.")
         return
-    header = ["queue", *_STATUS_COLUMNS, "oldest_waiting_s", "workers"]
+    header = ["queue", *_STATUS_COLUMNS, "oldest_waiting_s", "busy_workers"]
     table = [
         [
             row.queue,
             *(str(row.counts[value]) for value in _STATUS_COLUMNS),
             _format_age(row.oldest_waiting_s),
-            str(row.live_workers),
+            str(row.busy_workers),
         ]
         for row in rows
     ]
@@ -216,7 +216,7 @@ def _status(
             cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)
         ]
         command.stdout.write("  ".join(cells).rstrip())
-    command.stdout.write(f"Live workers: {workers}")
+    command.stdout.write(f"Busy workers (holding a job now): {workers}")
 
 
 # prune --------------------------------------------------------------------------
@@ -367,10 +367,16 @@ def _retry(
         _check_jids(using, jids)
     jobs = maintenance.dead_jobs(using, queue=queue, job_type=job_type, jids=jids)
     if dry_run:
-        command.stdout.write(f"Would retry {jobs.count()} dead jobs.")
+        command.stdout.write(f"Would retry {_dead_jobs(jobs.count())}.")
         return
     count = maintenance.retry_jobs(jobs)
-    command.stdout.write(f"Retried {count.dead} dead jobs; they are due now.")
+    due = "it is" if count.dead == 1 else "they are"
+    command.stdout.write(f"Retried {_dead_jobs(count.dead)}; {due} due now.")
+
+
+def _dead_jobs(count: int) -> str:
+    """Return ``count`` dead job(s) in English: "1 dead job", "3 dead jobs"."""
+    return f"{count} dead job" if count == 1 else f"{count} dead jobs"
 
 
 # licence ------------------------------------------------------------------------
