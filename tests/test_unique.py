@@ -72,11 +72,29 @@ def test_key_is_per_queue():
     assert a.jid != b.jid
 
 
+def inside_ttl(started: float) -> bool:
+    """Whether every call since ``started`` (``time.monotonic()``) fell inside a 1 s TTL.
+
+    On a loaded machine one statement can stall past the TTL; such an attempt proves
+    nothing either way, so the test drops it and runs again with a fresh key.
+    """
+    return time.monotonic() - started < 0.9
+
+
 def test_ttl__key_accepted_again_after_it_passes():
-    first = enqueue("k", ttl_ms=1000)
-    assert enqueue("k", ttl_ms=1000).status == "deduplicated"
+    for attempt in range(5):
+        key = f"k{attempt}"
+        started = time.monotonic()
+        first = enqueue(key, ttl_ms=1000)
+        again = enqueue(key, ttl_ms=1000)
+        if inside_ttl(started):
+            break
+        Job.objects.filter(queue=QUEUE).delete()
+    else:
+        pytest.fail("every attempt stalled past the 1 s TTL between two enqueues")
+    assert (again.status, again.jid) == ("deduplicated", first.jid)
     time.sleep(1.2)
-    second = enqueue("k", ttl_ms=1000)
+    second = enqueue(key, ttl_ms=1000)
     assert second.status == "enqueued"
     assert second.jid != first.jid
     assert Job.objects.get(jid=first.jid).unique_key_hash is None
@@ -125,13 +143,21 @@ def test_until_executed__deduplicated_while_pending_and_running_accepted_after_d
 
 
 def test_until_executed__dead_letter_keeps_the_lock_until_its_ttl(pro):
-    first = enqueue("k", mode="until_executed", ttl_ms=1000)
-    (claimed,) = claim_all()
-    assert storage.fail(claimed, RuntimeError("boom"), retryable=False) == JobStatus.ERROR
-    dead = enqueue("k", mode="until_executed", ttl_ms=1000)
+    for attempt in range(5):
+        key = f"k{attempt}"
+        started = time.monotonic()
+        first = enqueue(key, mode="until_executed", ttl_ms=1000)
+        (claimed,) = claim_all()
+        assert storage.fail(claimed, RuntimeError("boom"), retryable=False) == JobStatus.ERROR
+        dead = enqueue(key, mode="until_executed", ttl_ms=1000)
+        if inside_ttl(started):
+            break
+        Job.objects.filter(queue=QUEUE).delete()
+    else:
+        pytest.fail("every attempt stalled past the 1 s TTL before the second enqueue")
     assert (dead.status, dead.jid) == ("deduplicated", first.jid)
     time.sleep(1.2)
-    assert enqueue("k", mode="until_executed").status == "enqueued"
+    assert enqueue(key, mode="until_executed").status == "enqueued"
 
 
 def test_until_executed__retry_keeps_the_lock(pro):
