@@ -259,7 +259,7 @@ def test_creation_racing_8_claimers__no_deadlock_duplicate_or_loss(queue: str) -
     for _ in range(creators):
         assert creators_done.acquire(timeout=60)
     # Claimers drain what the creators left, then stop.
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while Job.objects.filter(queue=queue, waiting=True).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     stop_claiming.set()
@@ -376,13 +376,13 @@ def test_lock_held_elsewhere_beyond_lock_timeout__lock_timeout_and_nothing_writt
         # Inside an open transaction: the database lock only, no in-process stripe.
         with transaction.atomic(), locks.creation_lock("default", names, timeout_ms=5_000):
             holding.set()
-            release.wait(10)
+            release.wait(60)
 
     outcome: dict[str, Any] = {}
     runner = threading.Thread(target=lambda: outcome.update(race=race_threads(1, holder)))
     runner.start()
     try:
-        assert holding.wait(10)
+        assert holding.wait(60)
         if connection.vendor != "sqlite":
             assert all(locks.is_lock_held("default", name) for name in names)
         started = time.monotonic()
@@ -432,7 +432,7 @@ def test_stripes__never_waited_for_inside_the_callers_transaction(queue: str) ->
         return outcomes
 
     def t2() -> list[str]:
-        assert t1_created.wait(10)
+        assert t1_created.wait(60)
         return [create(queue, "order-1")]
 
     with override_settings(JOBQUEUE={"LOCK_TIMEOUT_MS": 5_000}):
