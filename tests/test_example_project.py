@@ -248,3 +248,38 @@ def test_example_settings__jobqueue_and_schedule_are_valid():
     assert plan["job_type"] == jobs.daily_digest.name
     validate_cron(plan["cron"])
     validate_timezone(plan["timezone"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_summary__columns_say_what_they_count():
+    """No column is headed by a status name that reads like a setting (max_retry)."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from tests.maintenance_helpers import make_job
+
+    make_job(job_type="t.a", status=JobStatus.DONE)
+    make_job(job_type="t.a", status=JobStatus.DONE, errors=[{"error": "x"}])
+    make_job(job_type="t.a", status=JobStatus.MAX_RETRY, errors=[{"error": "x"}] * 4)
+    make_job(job_type="t.b", status=JobStatus.DONE)
+    out = StringIO()
+    call_command("demo_summary", stdout=out)
+    lines = out.getvalue().splitlines()
+
+    assert lines[0].split() == [
+        "job",
+        "type",
+        "done",
+        "retried",
+        "failed",
+        "attempts",
+        "dead",
+        "total",
+    ]
+    assert lines[2].split() == ["t.a", "2", "2", "5", "1", "3"]
+    assert lines[3].split() == ["t.b", "1", "0", "0", "0", "1"]
+    assert lines[5].split() == ["all", "3", "2", "5", "1", "4"]
+    assert any("every job in the demo database" in text for text in lines)
+    assert any("delete example_project/var/" in text for text in lines)
+    assert lines[-1].startswith("3 done, 2 retried (5 failed attempts), 1 dead")

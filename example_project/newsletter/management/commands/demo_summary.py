@@ -50,7 +50,6 @@ class Command(BaseCommand):
             raise CommandError("jobs are still pending", returncode=1)
 
     def _table(self) -> None:
-        statuses = [status.value for status in JobStatus]
         counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         rows = Job.objects.values_list("job_type", "status").annotate(n=Count("pk"))
         for job_type, status, n in rows:
@@ -60,22 +59,30 @@ class Command(BaseCommand):
         for job_type, errors in Job.objects.exclude(errors=[]).values_list("job_type", "errors"):
             retried[job_type] += 1
             failed_attempts[job_type] += len(errors or [])
-        shown = [s for s in statuses if any(counts[t][s] for t in counts)]
-        header = ["job type", *shown, "total", "retried", "failed attempts", "dead"]
         table = []
         for job_type in sorted(counts):
             row = counts[job_type]
+            done = row[JobStatus.DONE]
             dead = sum(row[s] for s in DEAD_STATUSES)
+            total = sum(row.values())
             table.append(
                 [
                     job_type,
-                    *(row[s] for s in shown),
-                    sum(row.values()),
+                    done,
                     retried[job_type],
                     failed_attempts[job_type],
                     dead,
+                    total - done - dead,
+                    total,
                 ]
             )
+        # Columns: jobs done; jobs that needed a retry (any outcome); failed attempts
+        # of all jobs; dead letters (failed for good); jobs not finished either way
+        # (waiting, running, cancelled), shown only when there are some; all jobs.
+        header = ["job type", "done", "retried", "failed attempts", "dead", "other", "total"]
+        keep = [i for i in range(len(header)) if header[i] != "other" or any(r[i] for r in table)]
+        header = [header[i] for i in keep]
+        table = [[r[i] for i in keep] for r in table]
         totals = ["all", *(sum(r[i] for r in table) for i in range(1, len(header)))]
         widths = [max(len(str(r[i])) for r in [header, *table, totals]) for i in range(len(header))]
 
@@ -95,6 +102,14 @@ class Command(BaseCommand):
             self.stdout.write(line(row))
         self.stdout.write(rule)
         self.stdout.write(line(totals))
+        self.stdout.write(
+            "retried: jobs that failed at least once; dead: jobs that failed for good"
+            + ("; other: not finished yet, or cancelled." if "other" in header else ".")
+        )
+        self.stdout.write(
+            "The counts cover every job in the demo database, earlier runs included; "
+            "delete example_project/var/ to start afresh."
+        )
         done = sum(counts[t][JobStatus.DONE] for t in counts)
         dead = sum(counts[t][s] for t in counts for s in DEAD_STATUSES)
         self.stdout.write(
