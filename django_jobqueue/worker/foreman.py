@@ -281,8 +281,10 @@ class Foreman:
         tick = max(self.ramp_time_ms, 10) / 1000
         while not self._stopping.is_set():
             if self.burst and self._idle_exit.is_set() and self.governor.workers == 0:
-                # Every worker went idle: done unless something became due meanwhile.
+                # Every worker went idle: done unless something became due meanwhile
+                # (an expired lease, or a plan whose earlier pass failed and is due).
                 self._reap()
+                self._materialize_schedules()
                 if not self._anything_due():
                     return
                 self._idle_exit.clear()
