@@ -103,6 +103,45 @@ def test_materialize__four_processes_make_one_job_per_tick(subprocess_env):
     assert all(job.status == JobStatus.INIT and job.job_type == "schedules.tick" for job in jobs)
 
 
+def test_runworkers__four_foreman_processes_make_one_job_per_tick():
+    """4 real runworkers processes share an every-second plan for about 10 s."""
+    import signal
+    import time
+
+    from tests.workers_helpers import run_workers
+
+    plan = ScheduleJob.objects.create(
+        name="every-second",
+        queue="default",
+        job_type="schedules.tick",
+        cron="* * * * * *",
+        schedule_at=next_tick("* * * * * *", "UTC", datetime.now(UTC)),
+    )
+    first_tick = plan.schedule_at
+    foremen = [
+        run_workers("--queues", "default", "--concurrency", "2", wait=False) for _ in range(4)
+    ]
+    try:
+        time.sleep(10)
+    finally:
+        for foreman in foremen:
+            foreman.send_signal(signal.SIGTERM)
+        outcomes = [foreman.communicate(timeout=120) for foreman in foremen]
+    for foreman, (_out, err) in zip(foremen, outcomes, strict=True):
+        assert foreman.returncode == 0, err
+
+    jobs = jobs_of("every-second")
+    ticks = [datetime.fromisoformat(t) for t in ticks_of("every-second")]
+    assert len(ticks) == len(set(ticks)), "a tick made two jobs"
+    assert min(ticks) == first_tick
+    span = int((max(ticks) - min(ticks)).total_seconds()) + 1
+    assert len(ticks) == span, "a tick was skipped"
+    assert len(ticks) >= 5
+    plan.refresh_from_db()
+    assert plan.schedule_at == max(ticks) + timedelta(seconds=1)
+    assert all(job.job_type == "schedules.tick" for job in jobs)
+
+
 def test_materialize__second_pass_on_same_tick_makes_nothing():
     plan = cron_plan("hourly", "0 * * * *", now=utc(2026, 1, 5, 9, 30))
     assert plan.schedule_at == utc(2026, 1, 5, 10)
