@@ -788,27 +788,23 @@ def _set_running(row: Any, value: Any, run_at: Any) -> bool:
 
 def _restart_failed(row: Any, value: Any, run_at: Any) -> bool:
     """Start a failed (dead letter) job again with ``value``, attempts from one."""
-    from .models import DEAD_STATUSES, JobStatus
+    from .models import DEAD_STATUSES
+    from .storage import restart_fields
 
     updated = (
         _same_hold(row)
         .filter(status__in=DEAD_STATUSES)
         .update(
-            status=JobStatus.INIT,
-            waiting=True,
-            payload=value,
-            run_at=run_at,
-            attempt=0,
-            id_held_until=None,
-            result=None,
-            message="",
-            finished_at=None,
-            started_at=None,
-            cancel_requested=False,
-            rerun=False,
-            rerun_payload=None,
-            rerun_at=None,
-            updated_at=Now(),
+            **restart_fields(
+                payload=value,
+                run_at=run_at,
+                result=None,
+                message="",
+                started_at=None,
+                rerun=False,
+                rerun_payload=None,
+                rerun_at=None,
+            )
         )
     )
     if updated:

@@ -98,7 +98,7 @@ def sqlite_locked(exc: BaseException) -> bool:
 
 
 def retry_when_locked(
-    using: str, func: Callable[..., T], *args: Any, timeout_ms: int, **kwargs: Any
+    using: str, func: Callable[..., T], *args: Any, timeout_ms: int | None = None, **kwargs: Any
 ) -> T:
     """Call ``func(*args, **kwargs)``, retrying SQLite's "database is locked".
 
@@ -118,7 +118,7 @@ def retry_when_locked(
         The call to make; when called outside a transaction, it should open and
         end its own, so a retry starts afresh.
     timeout_ms:
-        How long to keep retrying, in milliseconds.
+        How long to keep retrying, in milliseconds; None: ``JOBQUEUE["LOCK_TIMEOUT_MS"]``.
 
     Returns
     -------
@@ -134,6 +134,10 @@ def retry_when_locked(
 
     Implements: seed 004, "Duplicate-job locking" (SQLite's single writer).
     """
+    if timeout_ms is None:
+        from .conf import get_config
+
+        timeout_ms = get_config().LOCK_TIMEOUT_MS
     start = time.monotonic()
     deadline = start + timeout_ms / 1000
     pause = 0.01

@@ -30,18 +30,16 @@ Policy
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from django.db import connections
 from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import locks
+from . import locks, storage
 from .conf import get_config
 from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 
@@ -150,21 +148,6 @@ class QueueStatus:
         }
 
 
-def _retry_locked(func: Callable[[], _T], using: str) -> _T:
-    """Run ``func``; on SQLite retry "database is locked" within ``LOCK_TIMEOUT_MS``."""
-    deadline = time.monotonic() + get_config().LOCK_TIMEOUT_MS / 1000
-    delay = 0.01
-    while True:
-        try:
-            return func()
-        except Exception as exc:
-            in_transaction = connections[using].in_atomic_block
-            if in_transaction or not locks.sqlite_locked(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
-
-
 def retry_jobs(jobs: QuerySet[Job]) -> RetryCount:
     """Run the dead letters and waiting jobs among ``jobs`` again, due now.
 
@@ -185,27 +168,16 @@ def retry_jobs(jobs: QuerySet[Job]) -> RetryCount:
     one"; issue 2 item 6 "retry now".
     """
     using = jobs.db
-    dead = _retry_locked(
-        lambda: jobs.filter(status__in=DEAD_STATUSES).update(
-            status=JobStatus.INIT,
-            waiting=True,
-            attempt=0,
-            run_at=Now(),
-            finished_at=None,
-            id_held_until=None,
-            message="",
-            lease_owner="",
-            lease_token="",
-            lease_expires_at=None,
-            cancel_requested=False,
-            updated_at=Now(),
-        ),
+    dead = locks.retry_when_locked(
         using,
+        lambda: jobs.filter(status__in=DEAD_STATUSES).update(
+            **storage.restart_fields(run_at=Now(), message="")
+        ),
     )
     # The dead letters just made waiting are already due now: skip them here.
-    waiting = _retry_locked(
-        lambda: jobs.filter(waiting=True, run_at__gt=Now()).update(run_at=Now(), updated_at=Now()),
+    waiting = locks.retry_when_locked(
         using,
+        lambda: jobs.filter(waiting=True, run_at__gt=Now()).update(run_at=Now(), updated_at=Now()),
     )
     logger.info("jobs retried dead=%s waiting=%s", dead, waiting)
     return RetryCount(dead=dead, waiting=waiting)
@@ -265,7 +237,8 @@ def cancel_jobs(jobs: QuerySet[Job]) -> CancelCount:
     tells its handler to stop); issue 2 item 6 "cancel".
     """
     using = jobs.db
-    cancelled = _retry_locked(
+    cancelled = locks.retry_when_locked(
+        using,
         lambda: jobs.filter(waiting=True).update(
             status=JobStatus.CANCELLED,
             waiting=False,
@@ -274,13 +247,12 @@ def cancel_jobs(jobs: QuerySet[Job]) -> CancelCount:
             message="cancelled by an operator",
             updated_at=Now(),
         ),
-        using,
     )
-    requested = _retry_locked(
+    requested = locks.retry_when_locked(
+        using,
         lambda: jobs.filter(status=JobStatus.PROCESSING, cancel_requested=False).update(
             cancel_requested=True, updated_at=Now()
         ),
-        using,
     )
     logger.info("jobs cancelled cancelled=%s requested=%s", cancelled, requested)
     return CancelCount(cancelled=cancelled, requested=requested)
@@ -297,10 +269,16 @@ def _delete_in_batches(jobs: QuerySet[Job], batch_size: int) -> int:
     jobs = jobs.order_by()
     deleted = 0
     while True:
-        pks = _retry_locked(lambda: list(jobs.values_list("pk", flat=True)[:batch_size]), using)
+        pks = locks.retry_when_locked(
+            using,
+            lambda: list(jobs.values_list("pk", flat=True)[:batch_size]),
+        )
         if not pks:
             return deleted
-        count, _by_model = _retry_locked(lambda: jobs.filter(pk__in=pks).delete(), using)  # noqa: B023
+        count, _by_model = locks.retry_when_locked(
+            using,
+            lambda: jobs.filter(pk__in=pks).delete(),  # noqa: B023
+        )
         deleted += count
         logger.debug("deleted batch=%s total=%s", count, deleted)
         if count == 0 or len(pks) < batch_size:

@@ -550,17 +550,6 @@ def _materialize_plan(plan: ScheduleJob, now: datetime) -> tuple[int, dict[str, 
     return len(made), fields
 
 
-def _retry_locked(using: str, func: Any, *args: Any) -> Any:
-    """Run ``func(*args)``, retrying SQLite's "database is locked" within the lock timeout.
-
-    ``func`` opens and ends its own transaction, so each retry starts afresh: on
-    SQLite without ``transaction_mode`` ``IMMEDIATE`` a transaction that has read
-    fails at once when it tries to write while another connection writes, and only
-    retrying the whole transaction, from outside it, gets through.
-    """
-    return locks.retry_when_locked(using, func, *args, timeout_ms=get_config().LOCK_TIMEOUT_MS)
-
-
 def _materialize_one(using: str, pk: int, now: datetime) -> int:
     from .models import ScheduleJob
 
@@ -655,11 +644,11 @@ def materialize_due(using: str, *, now: datetime | None = None) -> int:
         rows = plans.filter(schedule_at__lte=now).order_by("schedule_at", "pk")
         return [(pk, now) for pk in rows.values_list("pk", flat=True)[:MAX_PLANS_PER_CALL]]
 
-    _retry_locked(using, _arm_new_plans, using, now or timezone.now())
+    locks.retry_when_locked(using, _arm_new_plans, using, now or timezone.now())
     made = 0
-    for pk, plan_now in _retry_locked(using, due_plans):
+    for pk, plan_now in locks.retry_when_locked(using, due_plans):
         try:
-            made += _retry_locked(using, _materialize_one, using, pk, plan_now)
+            made += locks.retry_when_locked(using, _materialize_one, using, pk, plan_now)
         except Exception:
             logger.exception("schedule pk=%s: materialising failed; retried next pass", pk)
     return made
@@ -892,7 +881,7 @@ def sync_declared_plans(using: str, *, now: datetime | None = None) -> dict[str,
     for name, plan in plans.items():
         for attempt in range(3):
             try:
-                counts[_retry_locked(using, _sync_one, using, name, plan, now)] += 1
+                counts[locks.retry_when_locked(using, _sync_one, using, name, plan, now)] += 1
                 break
             except IntegrityError:  # another foreman created it first
                 if attempt == 2:
@@ -901,7 +890,7 @@ def sync_declared_plans(using: str, *, now: datetime | None = None) -> dict[str,
     stale = stale.exclude(status=ScheduleStatus.RETIRED)
     if plans:
         stale = stale.exclude(name__in=list(plans))
-    counts["retired"] = _retry_locked(
+    counts["retired"] = locks.retry_when_locked(
         using,
         lambda: stale.update(
             enabled=False, status=ScheduleStatus.RETIRED, schedule_at=None, updated_at=Now()

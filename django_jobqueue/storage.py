@@ -18,6 +18,7 @@ Leases are deadlines by the database clock (``Now() + LEASE_MS``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import traceback as tb
 import uuid
@@ -37,6 +38,7 @@ from .models import Job, JobStatus, UniqueMode
 
 __all__ = [
     "claim",
+    "restart_fields",
     "complete",
     "dead_hold_until",
     "fail",
@@ -81,9 +83,8 @@ def dead_hold_until(job: Job) -> dict[str, Any]:
 
 
 def _retry_sqlite(using: str, func: Any, *args: Any, **kwargs: Any) -> Any:
-    return locks.retry_when_locked(
-        using, func, *args, timeout_ms=get_config().LOCK_TIMEOUT_MS, **kwargs
-    )
+    # partial: an update's field names (say ``timeout_ms``) never meet the helper's.
+    return locks.retry_when_locked(using, functools.partial(func, *args, **kwargs))
 
 
 def claim(
@@ -332,26 +333,38 @@ def hand_back(job: Job, *, message: str = "") -> bool:
     return _write(job, fields, "hand_back")
 
 
-def _rerun_fields(extra: dict[str, Any]) -> dict[str, Any]:
-    # payload and run_at come first: MySQL assigns left to right, so they must read
-    # rerun_payload/rerun_at before those are cleared.
+def restart_fields(**changes: Any) -> dict[str, Any]:
+    """Return the field updates that start a job again from attempt one, after ``changes``.
+
+    The one meaning of "starts again", shared by the rerun a ``set`` asked for while
+    the job ran, ``set`` on a dead letter (seed 002) and "retry now" (admin, CLI):
+    ``init`` and waiting, attempts from one, no lease, not finished, no cancel
+    request, the id held again until the job finishes. ``changes`` come first:
+    MySQL assigns left to right, so they may still read a column the restart clears.
+    """
     return {
-        "payload": F("rerun_payload"),
-        "run_at": Coalesce(F("rerun_at"), Now()),
+        **changes,
         "status": JobStatus.INIT,
         "waiting": True,
         "attempt": 0,
-        "rerun": False,
-        "rerun_payload": None,
-        "rerun_at": None,
-        "cancel_requested": False,
-        "started_at": None,
         "finished_at": None,
         "id_held_until": None,
+        "cancel_requested": False,
         "updated_at": Now(),
         **_LEASE_CLEARED,
-        **extra,
     }
+
+
+def _rerun_fields(extra: dict[str, Any]) -> dict[str, Any]:
+    return restart_fields(
+        payload=F("rerun_payload"),
+        run_at=Coalesce(F("rerun_at"), Now()),
+        rerun=False,
+        rerun_payload=None,
+        rerun_at=None,
+        started_at=None,
+        **extra,
+    )
 
 
 def _write_or_rerun(
@@ -384,6 +397,18 @@ def _write_or_rerun(
             return False
         if not _guarded(job).exists():
             break
+    _log_lease_lost(job, what)
+    return None
+
+
+def _write(job: Job, fields: dict[str, Any], what: str) -> bool:
+    updated = _retry_sqlite(job._state.db, _guarded(job).update, **fields)
+    if not updated:
+        _log_lease_lost(job, what)
+    return bool(updated)
+
+
+def _log_lease_lost(job: Job, what: str) -> None:
     logger.warning(
         "lease lost, %s not stored jid=%s type=%s attempt=%s",
         what,
@@ -391,20 +416,6 @@ def _write_or_rerun(
         job.job_type,
         job.attempt,
     )
-    return None
-
-
-def _write(job: Job, fields: dict[str, Any], what: str) -> bool:
-    updated = _retry_sqlite(job._state.db, _guarded(job).update, **fields)
-    if not updated:
-        logger.warning(
-            "lease lost, %s not stored jid=%s type=%s attempt=%s",
-            what,
-            job.jid,
-            job.job_type,
-            job.attempt,
-        )
-    return bool(updated)
 
 
 def reap_expired(using: str, *, limit: int = 100) -> int:
