@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
@@ -13,7 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_jobqueue.admin import EstimatedCountPaginator, _planner_rows
+from django_jobqueue.admin.changelist import EstimatedCountPaginator, planner_rows
+from django_jobqueue.admin.display import when
 from django_jobqueue.models import Job, JobStatus, ScheduleJob
 from tests.maintenance_helpers import make_job, make_jobs, running
 
@@ -71,8 +73,9 @@ def test_changelist__columns_and_no_full_count(admin_client: Client) -> None:
     html = response.content.decode()
     for job in jobs:
         assert job.jid in html
-    for header in ("Jid", "Queue", "Job type", "Status", "Attempt", "Run at", "Updated at"):
+    for header in ("Jid", "Job type", "Queue", "Status", "Attempt", "Run at"):
         assert f">{header}<" in html
+    assert ">Updated at<" not in html  # on the job's page only
     counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
     assert counts, "the paginator counts (capped)"
     assert all("LIMIT" in sql.upper() for sql in counts), counts
@@ -169,7 +172,7 @@ def test_paginator__exact_below_the_cap() -> None:
 @pytest.mark.vendor("postgresql")
 def test_paginator__unfiltered_uses_the_planner_estimate_on_postgresql() -> None:
     make_jobs(8)
-    estimate = _planner_rows(Job.objects.all())
+    estimate = planner_rows(Job.objects.all())
     assert isinstance(estimate, int) and estimate >= 0
     paginator = EstimatedCountPaginator(Job.objects.order_by("-pk"), 2)
     paginator.count_limit = -1  # any estimate is "big"
@@ -177,13 +180,13 @@ def test_paginator__unfiltered_uses_the_planner_estimate_on_postgresql() -> None
     with CaptureQueriesContext(connection) as queries:
         count = paginator.count
 
-    assert count == _planner_rows(Job.objects.all())
+    assert count == planner_rows(Job.objects.all())
     assert [q["sql"].split()[0].upper() for q in queries.captured_queries] == ["EXPLAIN"]
 
 
 @pytest.mark.vendor("mysql", "sqlite")
 def test_paginator__no_planner_estimate_elsewhere() -> None:
-    assert _planner_rows(Job.objects.all()) is None
+    assert planner_rows(Job.objects.all()) is None
 
 
 # Detail ----------------------------------------------------------------------------
@@ -293,6 +296,129 @@ def test_detail__unique_key_and_id_holds(admin_client: Client) -> None:
     assert icon(html, "id_held") == icon(html, "unique_key_held") == "False"
 
 
+# Times -----------------------------------------------------------------------------
+
+
+def test_when__to_the_second_in_the_current_time_zone_with_its_age() -> None:
+    at = datetime(2030, 1, 1, 8, 0, 33, 250_000, tzinfo=UTC)
+
+    with timezone.override("Asia/Kolkata"):  # UTC+05:30
+        html = when(at)
+        stacked = when(at, stacked=True)
+
+    assert '<time datetime="2030-01-01T13:30:33.250+05:30"' in html
+    assert ">01/01/2030 13:30:33</time>" in html  # en-us SHORT_DATE_FORMAT, then H:i:s
+    assert "(in " in html and "\xa0years)" in html
+    assert stacked.index("in ") < stacked.index("01/01/2030 13:30:33")
+    assert when(None) == "-"
+
+
+@pytest.mark.parametrize(
+    ("offset", "age"),
+    [
+        (timedelta(seconds=3), "3 s ago"),
+        (timedelta(seconds=0), "0 s ago"),
+        (timedelta(seconds=-5.5), "in 5 s"),
+        (timedelta(minutes=2, seconds=10), "2\xa0minutes ago"),
+        (timedelta(hours=-3, seconds=-30), "in 3\xa0hours"),
+        (timedelta(days=9), "1\xa0week ago"),
+    ],
+)
+def test_when__relative_age(offset: timedelta, age: str) -> None:
+    # Well under a second passes between timezone.now() here and in when(); ages
+    # are truncated toward zero, so a future time gets half a second of margin.
+    html = when(timezone.now() - offset)
+
+    assert f"({age})" in html
+
+
+def test_detail__times_to_the_second_with_their_age(admin_client: Client) -> None:
+    now = timezone.now().replace(microsecond=0)
+    job = running()
+    Job.objects.filter(pk=job.pk).update(
+        started_at=now - timedelta(seconds=42), heartbeat_at=now - timedelta(seconds=7)
+    )
+    job.refresh_from_db()
+
+    html = detail(admin_client, job)
+
+    started = html.split("field-started_at_display", 1)[1].split("field-", 1)[0]
+    stamp = timezone.localtime(job.started_at).strftime("%m/%d/%Y %H:%M:%S")
+    assert f">{stamp}</time>" in started
+    assert "42 s ago" in started or "43 s ago" in started
+    heartbeat = html.split("field-heartbeat_at_display", 1)[1].split("field-", 1)[0]
+    assert "7 s ago" in heartbeat or "8 s ago" in heartbeat
+    lease = html.split("field-lease_expires_at_display", 1)[1].split("field-", 1)[0]
+    assert "(in 59 s)" in lease or "(in 1\xa0minute)" in lease
+
+
+def test_changelist__run_at_to_the_second_with_its_age(admin_client: Client) -> None:
+    job = make_job(run_at=timezone.now() + timedelta(hours=2, seconds=30))
+
+    html = changelist(admin_client).content.decode()
+
+    stamp = timezone.localtime(job.run_at).strftime("%m/%d/%Y %H:%M:%S")
+    cell = html.split("field-run_at_list", 1)[1].split("</td>", 1)[0]
+    assert "in 2\xa0hours<br>" in cell
+    assert f'<span class="jq-stamp">{stamp}</span>' in cell
+    assert f'title="{job.jid}">{job.jid[:8]}…' in html
+
+
+# Sections of a job's page ----------------------------------------------------------
+
+
+def sections(client: Client, job: Job) -> dict[str | None, list[Any]]:
+    """Return {section title: its fields} of ``job``'s page, in page order."""
+    response = client.get(reverse("admin:django_jobqueue_job_change", args=[job.pk]))
+    assert response.status_code == 200
+    return {
+        None if fieldset.name is None else str(fieldset.name): list(fieldset.fields)
+        for fieldset in response.context["adminform"]
+    }
+
+
+def test_detail__a_plain_waiting_job_shows_no_id_unique_lease_or_errors(
+    admin_client: Client,
+) -> None:
+    job = make_job()
+
+    shown = sections(admin_client, job)
+    html = detail(admin_client, job)
+
+    assert list(shown) == [None, "Times", "Payload and result"]
+    assert "created_at_display" in str(shown["Times"])
+    assert "started_at_display" not in str(shown["Times"])  # not started yet
+    assert "finished_at_display" not in str(shown["Times"])
+    for label in ("Id held until", "Unique key", "Lease owner", "Failed attempts"):
+        assert label not in html
+
+
+def test_detail__sections_per_kind_of_job(admin_client: Client) -> None:
+    with_id = make_job(job_id="invoice:42", id_held_until=timezone.now() + timedelta(hours=1))
+    with_key = make_job(unique_key="report:7", unique_expires_at=timezone.now() + timedelta(1))
+    leased = running()
+    dead = make_job(
+        status=JobStatus.MAX_RETRY,
+        errors=[{"attempt": 1, "at": "2030-01-01T08:00:33+00:00", "message": "boom"}],
+    )
+
+    shown = sections(admin_client, with_id)
+    assert list(shown) == [None, "Times", "Payload and result", "Id"]
+    assert "id_held_until_display" in str(shown["Id"])
+    assert "rerun_display" not in str(shown["Id"])  # no next run asked for
+    assert list(sections(admin_client, with_key)) == [
+        None,
+        "Times",
+        "Payload and result",
+        "Unique key",
+    ]
+    assert list(sections(admin_client, leased)) == [None, "Times", "Payload and result", "Lease"]
+    shown = sections(admin_client, dead)
+    assert list(shown) == [None, "Times", "Payload and result", "Failed attempts"]
+    assert "finished_at_display" in str(shown["Times"])
+    assert ">01/01/2030 08:00:33</time>" in detail(admin_client, dead)  # the attempt's time
+
+
 # Actions ---------------------------------------------------------------------------
 
 
@@ -379,6 +505,155 @@ def test_actions__need_the_change_permission(db: None) -> None:
 
     dead.refresh_from_db()
     assert dead.status == JobStatus.MAX_RETRY
+
+
+# Buttons on a job's page -------------------------------------------------------------
+
+
+def button_url(name: str, job: Job) -> str:
+    return reverse(f"admin:django_jobqueue_job_{name}", args=[job.pk])
+
+
+def buttons(client: Client, job: Job) -> set[str]:
+    html = detail(client, job)
+    return {name for name in ("retry", "cancel") if f'href="{button_url(name, job)}"' in html}
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"status": JobStatus.INIT}, {"cancel"}),  # due now: nothing to retry
+        ({"status": JobStatus.INIT, "run_at": timedelta(hours=1)}, {"retry", "cancel"}),
+        ({"status": JobStatus.RETRY, "run_at": timedelta(minutes=5)}, {"retry", "cancel"}),
+        ({"status": JobStatus.ERROR}, {"retry"}),
+        ({"status": JobStatus.MAX_RETRY}, {"retry"}),
+        ({"status": JobStatus.DONE}, set()),
+        ({"status": JobStatus.CANCELLED}, set()),
+    ],
+)
+def test_buttons__per_state(
+    admin_client: Client, fields: dict[str, Any], expected: set[str]
+) -> None:
+    if isinstance(fields.get("run_at"), timedelta):
+        fields = {**fields, "run_at": timezone.now() + fields["run_at"]}
+    job = make_job(**fields)
+
+    assert buttons(admin_client, job) == expected
+
+
+def test_buttons__running_job_cancel_until_asked(admin_client: Client) -> None:
+    assert buttons(admin_client, running()) == {"cancel"}
+    assert buttons(admin_client, running(owner="host:1:worker-2", cancel_requested=True)) == set()
+
+
+def test_retry_button__asks_then_retries_and_logs(db: None) -> None:
+    user = User.objects.create_superuser("boss", "boss@example.com", None)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    dead = make_job(status=JobStatus.MAX_RETRY, attempt=4, message="boom")
+    url = button_url("retry", dead)
+
+    page = client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Retry the job now?" in html
+    assert "The job will run again from attempt 1, due now." in html
+    assert 'name="csrfmiddlewaretoken"' in html
+    dead.refresh_from_db()
+    assert dead.status == JobStatus.MAX_RETRY  # a GET changes nothing
+    assert client.post(url).status_code == 403  # no CSRF token
+
+    response = client.post(url, {"csrfmiddlewaretoken": page.context["csrf_token"]})
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:django_jobqueue_job_change", args=[dead.pk])
+    dead.refresh_from_db()
+    assert (dead.status, dead.attempt, dead.waiting) == (JobStatus.INIT, 0, True)
+    [entry] = LogEntry.objects.all()
+    assert (entry.user, entry.object_id, entry.action_flag) == (user, str(dead.pk), CHANGE)
+    assert entry.get_change_message() == "Retried now: runs again from attempt 1."
+    assert [str(m) for m in response.wsgi_request._messages] == [entry.change_message]
+
+
+def test_retry_button__scheduled_job_is_due_now(admin_client: Client) -> None:
+    later = make_job(status=JobStatus.RETRY, attempt=1, run_at=timezone.now() + timedelta(1))
+
+    assert "due now instead of" in admin_client.get(button_url("retry", later)).content.decode()
+    response = admin_client.post(button_url("retry", later))
+
+    assert response.status_code == 302
+    later.refresh_from_db()
+    assert (later.status, later.attempt) == (JobStatus.RETRY, 1)
+    assert later.run_at <= timezone.now()
+    assert LogEntry.objects.get().change_message == "Retried now: due now."
+
+
+def test_cancel_button__waiting_and_running_jobs(admin_client: Client) -> None:
+    waiting = make_job(status=JobStatus.INIT, job_id="draft:1")
+    job = running()
+
+    assert "Cancel the job?" in admin_client.get(button_url("cancel", waiting)).content.decode()
+    assert admin_client.post(button_url("cancel", waiting)).status_code == 302
+    assert admin_client.post(button_url("cancel", job)).status_code == 302
+
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.waiting, waiting.job_id_hash) == (
+        JobStatus.CANCELLED,
+        False,
+        None,
+    )
+    job.refresh_from_db()
+    assert (job.status, job.cancel_requested) == (JobStatus.PROCESSING, True)
+    assert sorted(LogEntry.objects.values_list("object_id", "change_message")) == sorted(
+        [
+            (str(waiting.pk), "Cancelled: it will not run."),
+            (str(job.pk), "Cancel requested: its worker is asked to stop it."),
+        ]
+    )
+
+
+def test_buttons__a_job_in_another_state_is_left_alone(admin_client: Client) -> None:
+    done = make_job(status=JobStatus.DONE)
+
+    for name in ("retry", "cancel"):
+        for method in (admin_client.get, admin_client.post):
+            response = method(button_url(name, done))
+            assert response.status_code == 302
+            assert response["Location"] == reverse(
+                "admin:django_jobqueue_job_change", args=[done.pk]
+            )
+
+    done.refresh_from_db()
+    assert done.status == JobStatus.DONE
+    assert not LogEntry.objects.exists()
+    missing = admin_client.get(reverse("admin:django_jobqueue_job_retry", args=[10**9]))
+    assert missing["Location"] == reverse(CHANGELIST)
+
+
+def test_buttons__need_the_change_permission(db: None) -> None:
+    viewer = User.objects.create_user("viewer", password=None, is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
+    operator = User.objects.create_user("operator", password=None, is_staff=True)
+    operator.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_job", "change_job"])
+    )
+    dead = make_job(status=JobStatus.MAX_RETRY)
+    client = Client()
+    client.force_login(viewer)
+
+    assert buttons(client, dead) == set()
+    assert client.get(button_url("retry", dead)).status_code == 403
+    assert client.post(button_url("retry", dead)).status_code == 403
+    assert client.post(button_url("cancel", make_job())).status_code == 403
+    dead.refresh_from_db()
+    assert dead.status == JobStatus.MAX_RETRY
+    assert not LogEntry.objects.exists()
+
+    client.force_login(operator)
+    assert buttons(client, dead) == {"retry"}
+    assert client.post(button_url("retry", dead)).status_code == 302
+    dead.refresh_from_db()
+    assert dead.status == JobStatus.INIT
 
 
 # Schedules -------------------------------------------------------------------------

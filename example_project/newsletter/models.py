@@ -64,6 +64,7 @@ class Delivery(models.Model):
     sent_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name_plural = "deliveries"
         constraints = [
             models.UniqueConstraint(fields=["issue", "subscriber"], name="newsletter_delivery_uniq")
         ]

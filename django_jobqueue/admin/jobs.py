@@ -1,0 +1,585 @@
+"""The Django admin of jobs: the changelist, a job's page and its buttons.
+
+Jobs are read-only: the admin shows them and acts on them (retry now, cancel,
+delete) through :mod:`django_jobqueue.maintenance`, the functions that
+``manage.py jobqueue`` uses too: as changelist actions, and as buttons on a job's
+page (retry now, cancel) that ask for confirmation and leave an admin log entry.
+A job's page shows only the sections that apply to it (no id section without an
+id, no unique key section without a key).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from .. import maintenance
+from ..models import Job, JobStatus
+from .changelist import EstimatedCountPaginator, JobTypeFilter, QueueFilter, UniqueKeyHeldFilter
+from .display import error_time, hidden, pretty, time_display
+
+__all__ = ["JobAdmin"]
+
+#: What a jid looks like (uuid4 hex).
+_JID = re.compile(r"[0-9a-f]{32}")
+
+
+#: A job's page, section by section, before :meth:`JobAdmin.get_fieldsets` drops
+#: what does not apply to the job shown. Times use the ``*_display`` methods.
+JOB_FIELDSETS: tuple[tuple[Any, dict[str, Any]], ...] = (
+    (
+        None,
+        {
+            "fields": (
+                "jid",
+                "queue",
+                "job_type",
+                "status",
+                "priority",
+                ("attempt", "max_retry"),
+                "timeout_ms",
+                "secure",
+                "message_display",
+            )
+        },
+    ),
+    (
+        _("Times"),
+        {
+            "fields": (
+                "created_at_display",
+                "run_at_display",
+                "started_at_display",
+                "finished_at_display",
+                "updated_at_display",
+                "expires_at_display",
+            )
+        },
+    ),
+    (_("Payload and result"), {"fields": ("payload_display", "result_display")}),
+    (_("Failed attempts"), {"fields": ("errors_display",)}),
+    (
+        _("Lease"),
+        {
+            "fields": (
+                "lease_owner",
+                "lease_expires_at_display",
+                "heartbeat_at_display",
+                "cancel_requested",
+            )
+        },
+    ),
+    (
+        _("Id"),
+        {
+            "fields": (
+                "job_id",
+                "id_held",
+                "id_held_until_display",
+                "rerun",
+                "rerun_at_display",
+                "rerun_display",
+            )
+        },
+    ),
+    (
+        _("Unique key"),
+        {
+            "fields": (
+                "unique_key",
+                "unique_mode",
+                "unique_expires_at_display",
+                "unique_key_held",
+            )
+        },
+    ),
+)
+
+#: Fields of a job's page left out when empty: a time that has not happened, a
+#: next run nobody asked for.
+_OPTIONAL_FIELDS = {
+    "started_at_display": "started_at",
+    "finished_at_display": "finished_at",
+    "expires_at_display": "expires_at",
+    "id_held_until_display": "id_held_until",
+    "rerun_at_display": "rerun_at",
+    "rerun_display": "rerun",
+}
+
+
+#: The sections of a job's page shown only to some jobs, by their first field.
+_SECTION_APPLIES: dict[str, Callable[[Job], bool]] = {
+    "errors_display": lambda job: bool(job.errors),
+    "lease_owner": lambda job: bool(
+        job.lease_owner or job.lease_expires_at or job.heartbeat_at or job.cancel_requested
+    ),
+    "job_id": lambda job: job.job_id is not None,
+    "unique_key": lambda job: job.unique_key is not None,
+}
+
+
+def _flat(fields: Iterable[Any]) -> list[str]:
+    return [name for entry in fields for name in (entry if isinstance(entry, tuple) else (entry,))]
+
+
+#: The texts of a job page's buttons and their confirmation pages.
+_JOB_ACTIONS: dict[str, dict[str, Any]] = {
+    "retry": {
+        "button": _("Retry now"),
+        "title": _("Retry the job now?"),
+        "question": _("The job will be due now instead of at its run time."),
+        "question_dead": _("The job will run again from attempt 1, due now."),
+        "confirm": _("Yes, retry now"),
+        "stale": _("The job cannot be retried now: it is no longer waiting or dead."),
+    },
+    "cancel": {
+        "button": _("Cancel"),
+        "title": _("Cancel the job?"),
+        "question": _(
+            "A waiting job is cancelled and will not run; the worker of a running job is "
+            "asked to stop it."
+        ),
+        "question_dead": "",
+        "confirm": _("Yes, cancel the job"),
+        "stale": _("The job cannot be cancelled: it has finished or was asked to stop."),
+    },
+}
+
+
+def _dotted(obj: Job) -> list[str]:
+    """Split the job type after each dot, the dots kept: ``["newsletter.", "welcome"]``."""
+    parts = obj.job_type.split(".")
+    return [part + "." for part in parts[:-1]] + parts[-1:]
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Jobs: read-only, with actions to retry now, cancel and delete.
+
+    A job's page has "Retry now" and "Cancel" buttons when they apply to the job
+    and the user may run the changelist actions (the change permission); each asks
+    for confirmation, then calls the same :mod:`~django_jobqueue.maintenance`
+    function as the action and logs an admin ``LogEntry``.
+    """
+
+    #: Fits a 1,280 px window with both sidebars open: the jid's first 8 characters,
+    #: one time (run at: when it ran, or is due); the rest is on the job's page.
+    list_display = (
+        "short_jid",
+        "job_type_list",
+        "queue",
+        "status",
+        "attempt",
+        "run_at_list",
+    )
+    list_filter = ("status", QueueFilter, JobTypeFilter, UniqueKeyHeldFilter)
+    search_fields = ("jid", "job_id")
+    search_help_text = _("An exact jid or job id.")
+    #: Newest first, by the primary key's index; no column sorts (each would sort the
+    #: whole table: 1.3 s over a million jobs for run_at).
+    ordering = ("-pk",)
+    sortable_by = ()
+    list_per_page = 100
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    paginator = EstimatedCountPaginator
+    actions = ("retry_now", "cancel", "delete_jobs")
+    fieldsets = JOB_FIELDSETS
+    change_form_template = "django_jobqueue/admin/job_change_form.html"
+
+    class Media:
+        css = {"all": ("django_jobqueue/admin/jobs.css",)}
+
+    run_at_list = time_display("run_at", stacked=True)
+    created_at_display = time_display("created_at")
+    run_at_display = time_display("run_at")
+    started_at_display = time_display("started_at")
+    finished_at_display = time_display("finished_at")
+    updated_at_display = time_display("updated_at")
+    expires_at_display = time_display("expires_at")
+    lease_expires_at_display = time_display("lease_expires_at")
+    heartbeat_at_display = time_display("heartbeat_at")
+    id_held_until_display = time_display("id_held_until")
+    rerun_at_display = time_display("rerun_at")
+    unique_expires_at_display = time_display("unique_expires_at")
+
+    @admin.display(description=_("jid"))
+    def short_jid(self, obj: Job) -> SafeString:
+        """The jid's first 8 characters (the full jid in the tooltip and on the page)."""
+        return format_html('<span title="{}">{}…</span>', obj.jid, obj.jid[:8])
+
+    @admin.display(description=_("job type"))
+    def job_type_list(self, obj: Job) -> SafeString:
+        """The job type, breakable after each dot so a long dotted path wraps."""
+        return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in _dotted(obj)))
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> list[Any]:
+        """Return the sections of :data:`JOB_FIELDSETS` that apply to ``obj``.
+
+        No failed attempts section without errors, no lease section for a job never
+        leased, no id section without an id, no unique key section without a key;
+        times that have not happened and an unrequested next run are left out.
+        """
+        if obj is None:
+            return list(self.fieldsets)
+        sections = []
+        for title, options in self.fieldsets:
+            applies = _SECTION_APPLIES.get(options["fields"][0])
+            if applies is not None and not applies(obj):
+                continue
+            fields = tuple(
+                entry
+                for entry in options["fields"]
+                if entry not in _OPTIONAL_FIELDS or getattr(obj, _OPTIONAL_FIELDS[entry])
+            )
+            sections.append((title, {**options, "fields": fields}))
+        return sections
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
+        """Every field shown is read-only."""
+        return [name for _title, options in self.fieldsets for name in _flat(options["fields"])]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        """Jobs on the jobs' database."""
+        from ..enqueue import jobs_database
+
+        return super().get_queryset(request).using(jobs_database())
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[Any]:
+        """A changelist that does not load payloads, results and tracebacks."""
+        base = super().get_changelist(request, **kwargs)
+
+        class JobChangeList(base):  # type: ignore[misc, valid-type]
+            def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+                queryset = super().get_queryset(request, exclude_parameters)
+                return queryset.defer("payload", "result", "errors", "rerun_payload")
+
+        return JobChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        """Match a jid, else a job id, exactly (byte for byte, no ``LIKE`` scan).
+
+        A jid is looked up alone first (its unique index answers at once); only
+        when no job has that jid is the term matched against job ids.
+        """
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if _JID.fullmatch(term) and queryset.filter(jid=term).exists():
+            return queryset.filter(jid=term), False
+        return queryset.filter(job_id=term), False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Jobs are made by enqueueing, never in the admin."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        """A job's page is read-only; the list's actions need the change permission."""
+        if obj is not None:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        """Our batched delete replaces Django's, which loads every selected row.
+
+        ``action_location`` exists from Django 6.1 on (actions on the change form).
+        """
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location=action_location)
+        actions.pop("delete_selected", None)
+        return actions
+
+    # Buttons on a job's page ----------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        """Add the confirmations of a job's "Retry now" and "Cancel" buttons.
+
+        They come before the admin's own URLs, whose ``<object_id>/`` catch-all
+        would take them otherwise.
+        """
+        info = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path(
+                "<path:object_id>/retry/",
+                self.admin_site.admin_view(self.retry_view),
+                name=f"{info}_retry",
+            ),
+            path(
+                "<path:object_id>/cancel/",
+                self.admin_site.admin_view(self.cancel_view),
+                name=f"{info}_cancel",
+            ),
+            *super().get_urls(),
+        ]
+
+    def job_buttons(self, request: HttpRequest, obj: Job) -> list[str]:
+        """Return the buttons of ``obj``'s page: a sublist of ``["retry", "cancel"]``.
+
+        Both need the permission of the changelist actions (change). "retry" applies
+        to a dead letter and to a job waiting for a later ``run_at``; "cancel" to a
+        waiting job and to a running one not yet asked to stop: the jobs that
+        :func:`~django_jobqueue.maintenance.retry_jobs` and
+        :func:`~django_jobqueue.maintenance.cancel_jobs` change.
+        """
+        if not self.has_change_permission(request):
+            return []
+        buttons = []
+        if obj.is_dead or (obj.waiting and obj.run_at > timezone.now()):
+            buttons.append("retry")
+        if obj.waiting or (obj.status == JobStatus.PROCESSING and not obj.cancel_requested):
+            buttons.append("cancel")
+        return buttons
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,  # noqa: FBT001, FBT002 (Django's signature)
+        change: bool = False,  # noqa: FBT001, FBT002 (Django's signature)
+        form_url: str = "",
+        obj: Job | None = None,
+    ) -> HttpResponse:
+        """Render a job's page with the buttons that apply to it."""
+        if obj is not None:
+            context["job_buttons"] = [
+                {
+                    "name": name,
+                    "label": _JOB_ACTIONS[name]["button"],
+                    "url": self._job_url(name, obj),
+                }
+                for name in self.job_buttons(request, obj)
+            ]
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Confirm (GET), then retry one job now (POST); see :meth:`job_action_view`."""
+        return self.job_action_view(request, object_id, "retry")
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Confirm (GET), then cancel one job (POST); see :meth:`job_action_view`."""
+        return self.job_action_view(request, object_id, "cancel")
+
+    def job_action_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        """Ask "Are you sure?" (GET), then run ``action`` on the job (POST).
+
+        Parameters
+        ----------
+        request
+            A GET shows the confirmation page; a POST (with Django's CSRF token)
+            calls :func:`~django_jobqueue.maintenance.retry_jobs` or
+            :func:`~django_jobqueue.maintenance.cancel_jobs` on this one job, logs
+            an admin ``LogEntry`` when it changed the job, and redirects to the
+            job's page.
+        object_id
+            The job's primary key, as in the admin's URLs.
+        action
+            ``"retry"`` or ``"cancel"``.
+
+        Raises
+        ------
+        PermissionDenied
+            The user lacks the change permission (HTTP 403).
+        """
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            self.message_user(
+                request, _("No job with key %(key)s.") % {"key": object_id}, messages.WARNING
+            )
+            return HttpResponseRedirect(self._job_url("changelist"))
+        texts = _JOB_ACTIONS[action]
+        if action not in self.job_buttons(request, obj):
+            self.message_user(request, texts["stale"], messages.WARNING)
+            return HttpResponseRedirect(self._job_url("change", obj))
+        if request.method == "POST":
+            self._run_job_action(request, obj, action)
+            return HttpResponseRedirect(self._job_url("change", obj))
+        request.current_app = self.admin_site.name
+        context = {
+            **self.admin_site.each_context(request),
+            "title": texts["title"],
+            "opts": self.opts,
+            "object": obj,
+            "action": action,
+            "question": texts["question_dead" if obj.is_dead else "question"],
+            "button": texts["confirm"],
+        }
+        return TemplateResponse(request, "django_jobqueue/admin/job_confirm_action.html", context)
+
+    def _run_job_action(self, request: HttpRequest, obj: Job, action: str) -> None:
+        """Run ``action`` on ``obj`` through maintenance, tell the user, log it."""
+        jobs = self.get_queryset(request).filter(pk=obj.pk)
+        if action == "retry":
+            retried = maintenance.retry_jobs(jobs)
+            changed = retried.total
+            text = _("Retried now: runs again from attempt 1.") if retried.dead else None
+            text = text or _("Retried now: due now.")
+        else:
+            cancelled = maintenance.cancel_jobs(jobs)
+            changed = cancelled.cancelled + cancelled.requested
+            text = (
+                _("Cancelled: it will not run.")
+                if cancelled.cancelled
+                else _("Cancel requested: its worker is asked to stop it.")
+            )
+        if not changed:
+            self.message_user(request, _JOB_ACTIONS[action]["stale"], messages.WARNING)
+            return
+        self.log_change(request, obj, str(text))
+        self.message_user(request, text, messages.SUCCESS)
+
+    def _job_url(self, name: str, obj: Job | None = None) -> str:
+        """Return the admin URL ``name`` (changelist, change, retry, cancel) of ``obj``."""
+        args = [] if obj is None else [quote(obj.pk)]
+        return reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}",
+            args=args,
+            current_app=self.admin_site.name,
+        )
+
+    # Detail rendering ----------------------------------------------------------
+
+    @admin.display(description=_("message"))
+    def message_display(self, obj: Job) -> SafeString:
+        """The last message, escaped, line breaks kept."""
+        return format_html('<pre class="jq-message">{}</pre>', obj.message or "-")
+
+    @admin.display(description=_("payload"))
+    def payload_display(self, obj: Job) -> SafeString:
+        """The payload, pretty-printed; hidden for a ``secure`` job type."""
+        value = obj.shown_payload()
+        return hidden(value) if obj.secure else pretty(value)
+
+    @admin.display(description=_("result"))
+    def result_display(self, obj: Job) -> SafeString:
+        """The result, pretty-printed; hidden for a ``secure`` job type."""
+        value = obj.shown_result()
+        return hidden(value) if obj.secure else pretty(value)
+
+    @admin.display(description=_("payload of the next run"))
+    def rerun_display(self, obj: Job) -> SafeString:
+        """The payload of the run asked for while this one runs (seed 002 ``set``)."""
+        if not obj.rerun:
+            return format_html("{}", "-")
+        return hidden("<secure>") if obj.secure else pretty(obj.rerun_payload)
+
+    @admin.display(description=_("failed attempts"))
+    def errors_display(self, obj: Job) -> SafeString:
+        """Each failed attempt: when, the exception and its traceback."""
+        entries = [entry for entry in obj.errors or [] if isinstance(entry, dict)]
+        if not entries:
+            return format_html("{}", "-")
+        return format_html_join(
+            "\n",
+            '<div class="jq-error"><p><strong>{} {}</strong> · {} · {}</p>'
+            "<p>{}</p><pre>{}</pre></div>",
+            (
+                (
+                    _("Attempt"),
+                    entry.get("attempt", "?"),
+                    error_time(entry.get("at", "")),
+                    entry.get("exception_class") or "-",
+                    entry.get("message", ""),
+                    entry.get("traceback") or _("(no traceback)"),
+                )
+                for entry in entries
+            ),
+        )
+
+    @admin.display(description=_("id held now"), boolean=True)
+    def id_held(self, obj: Job) -> bool | None:
+        """Whether the job holds its id now (seed 002): None when it has none."""
+        if obj.job_id is None:
+            return None
+        return obj.job_id_hash is not None and (
+            obj.id_held_until is None or obj.id_held_until > timezone.now()
+        )
+
+    @admin.display(description=_("unique key held now"), boolean=True)
+    def unique_key_held(self, obj: Job) -> bool | None:
+        """Whether the job holds its unique key lock now (seed 000): None without a key."""
+        if obj.unique_key is None:
+            return None
+        return (
+            obj.unique_key_hash is not None
+            and obj.unique_expires_at is not None
+            and obj.unique_expires_at > timezone.now()
+        )
+
+    # Actions -----------------------------------------------------------------------
+
+    @admin.action(
+        description=_("Retry now (dead letters and waiting jobs)"), permissions=["change"]
+    )
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """Run the selected dead letters again from attempt 1; make waiting ones due now."""
+        count = maintenance.retry_jobs(queryset)
+        self.message_user(
+            request,
+            _("%(dead)d dead letter(s) will run again; %(waiting)d waiting job(s) are due now.")
+            % {"dead": count.dead, "waiting": count.waiting},
+            messages.SUCCESS if count.total else messages.WARNING,
+        )
+
+    @admin.action(description=_("Cancel"), permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """Cancel the selected waiting jobs; ask the workers of running ones to stop."""
+        count = maintenance.cancel_jobs(queryset)
+        self.message_user(
+            request,
+            _("%(cancelled)d waiting job(s) cancelled; %(requested)d running job(s) asked to stop.")
+            % {"cancelled": count.cancelled, "requested": count.requested},
+            messages.SUCCESS if count.cancelled or count.requested else messages.WARNING,
+        )
+
+    @admin.action(description=_("Delete selected jobs"), permissions=["delete"])
+    def delete_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> TemplateResponse | None:
+        """Ask for confirmation, then delete the selected jobs that are not running."""
+        if request.POST.get("post") != "yes":
+            selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
+            context = {
+                **self.admin_site.each_context(request),
+                "title": _("Delete jobs?"),
+                "opts": self.model._meta,
+                "selected": selected,
+                "select_across": request.POST.get("select_across") == "1",
+                "count": len(selected),
+                "action_checkbox_name": ACTION_CHECKBOX_NAME,
+                "action": "delete_jobs",
+            }
+            request.current_app = self.admin_site.name
+            return TemplateResponse(
+                request, "django_jobqueue/admin/delete_confirmation.html", context
+            )
+        count = maintenance.delete_jobs(queryset)
+        message = ngettext("%(count)d job deleted.", "%(count)d jobs deleted.", count.deleted) % {
+            "count": count.deleted
+        }
+        if count.running:
+            message += " " + ngettext(
+                "%(count)d running job kept: cancel it first.",
+                "%(count)d running jobs kept: cancel them first.",
+                count.running,
+            ) % {"count": count.running}
+        self.message_user(request, message, messages.SUCCESS)
+        return None

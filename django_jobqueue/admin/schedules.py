@@ -1,0 +1,103 @@
+"""The Django admin of schedules: read-only, with actions to enable, disable, run now."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from .. import maintenance
+from ..exceptions import UnknownJobType
+from ..models import ScheduleJob
+from .display import hidden, pretty
+
+__all__ = ["ScheduleJobAdmin"]
+
+
+def _schedule_is_secure(obj: ScheduleJob) -> bool:
+    from ..registry import get_job_description
+
+    try:
+        return get_job_description(obj.job_type).secure
+    except UnknownJobType:
+        return False
+
+
+@admin.register(ScheduleJob)
+class ScheduleJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Schedules: read-only here, with actions to enable, disable and run now."""
+
+    list_display = (
+        "name",
+        "job_type",
+        "cron",
+        "timezone",
+        "enabled",
+        "schedule_at",
+        "execute_id",
+    )
+    list_filter = ("enabled", "source")
+    search_fields = ("name", "job_type")
+    ordering = ("name",)
+    show_full_result_count = False
+    actions = ("enable", "disable", "run_now")
+    fields = (
+        "name",
+        "queue",
+        "job_type",
+        "payload_display",
+        "priority",
+        "status",
+        "cron",
+        "timezone",
+        "enabled",
+        "catch_up",
+        "schedule_at",
+        "last_run_at",
+        "execute_id",
+        "log_display",
+        "source",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Schedules come from code and settings."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: ScheduleJob | None = None) -> bool:
+        """A schedule's page is read-only; the list's actions need the change permission."""
+        if obj is not None:
+            return False
+        return super().has_change_permission(request, obj)
+
+    @admin.display(description=_("payload"))
+    def payload_display(self, obj: ScheduleJob) -> SafeString:
+        """The payload of the jobs it makes; hidden for a ``secure`` job type."""
+        return hidden("<secure>") if _schedule_is_secure(obj) else pretty(obj.payload)
+
+    @admin.display(description=_("log"))
+    def log_display(self, obj: ScheduleJob) -> SafeString:
+        """The last outcomes, newest last."""
+        return pretty(obj.log)
+
+    @admin.action(description=_("Enable"), permissions=["change"])
+    def enable(self, request: HttpRequest, queryset: QuerySet[ScheduleJob]) -> None:
+        """Enable the selected schedules."""
+        count = maintenance.enable_schedules(queryset)
+        self.message_user(request, _("%(count)d schedule(s) enabled.") % {"count": count})
+
+    @admin.action(description=_("Disable"), permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[ScheduleJob]) -> None:
+        """Disable the selected schedules."""
+        count = maintenance.disable_schedules(queryset)
+        self.message_user(request, _("%(count)d schedule(s) disabled.") % {"count": count})
+
+    @admin.action(description=_("Run now"), permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[ScheduleJob]) -> None:
+        """Make the selected schedules due now; the scheduler makes their next job."""
+        count = maintenance.run_schedules_now(queryset)
+        self.message_user(request, _("%(count)d schedule(s) due now.") % {"count": count})
