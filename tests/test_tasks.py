@@ -485,7 +485,9 @@ def test_compat__without_django_tasks_nor_backport_the_error_names_both(monkeypa
     monkeypatch.setitem(sys.modules, "django.tasks", None)
     monkeypatch.setitem(sys.modules, "django_tasks", None)
     monkeypatch.delitem(sys.modules, "django_jobqueue.compat")
-    monkeypatch.delitem(sys.modules, "django_jobqueue.tasks")
+    for name in list(sys.modules):
+        if name == "django_jobqueue.tasks" or name.startswith("django_jobqueue.tasks."):
+            monkeypatch.delitem(sys.modules, name)
     try:
         with pytest.raises(ImproperlyConfigured) as caught:
             importlib.import_module("django_jobqueue.compat")
