@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
+
+from .registry import register_job_type_resolver
 
 
 class JobQueueConfig(AppConfig):
@@ -15,7 +18,20 @@ class JobQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        """Register the system checks, the signal receivers and the task job types.
+
+        Runs in every process that sets Django up, worker processes included, so a
+        task's module path resolves to its job type wherever a job is looked up.
+        """
+        # Imported here, as Django advises for receivers and checks: importing the app
+        # config (during app loading) must not register anything.
         from . import (
             checks,  # noqa: F401  (registers the system checks)
             signals,  # noqa: F401  (connects the receivers)
         )
+
+        try:  # here too: the tasks framework (or its backport) loads once apps are ready
+            from .tasks import task_job_description
+        except ImproperlyConfigured:  # no tasks framework: Django 5.2 without the backport
+            return
+        register_job_type_resolver(task_job_description)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from .durations import Duration, parse_duration, to_ms
@@ -26,11 +25,21 @@ if TYPE_CHECKING:
     from .ids import JobView, Page
     from .models import ScheduleJob
 
-__all__ = ["JobDescription", "JobHandle", "get_job_description", "job", "registered_job_types"]
+__all__ = [
+    "JobDescription",
+    "JobHandle",
+    "get_job_description",
+    "job",
+    "register_job_type_resolver",
+    "registered_job_types",
+]
 
 _UNSET: Any = object()
 _registry: dict[str, JobDescription] = {}
 _lock = threading.Lock()
+#: Tried in order for a name neither in settings nor decorated; see
+#: :func:`register_job_type_resolver`. Replaced whole under ``_lock``, read without it.
+_resolvers: tuple[Callable[[str], JobDescription | None], ...] = ()
 #: Held while the ``jobs`` modules import: a thread that looks a job type up meanwhile
 #: waits for them instead of finding the registry half filled. Reentrant: an import
 #: may itself look a job type up.
@@ -414,8 +423,8 @@ def get_job_description(name: str) -> JobDescription:
     """Return the job type ``name``, from ``JOBQUEUE["JOB_TYPES"]`` or ``@job``.
 
     Settings win over decorators, so a project can retune an app's job type. A name
-    that is neither but is the module path of a Django ``@task`` resolves to the job
-    type that runs that task (:func:`django_jobqueue.tasks.task_job_description`).
+    that is neither goes to the resolvers of :func:`register_job_type_resolver`: the
+    module path of a Django ``@task`` resolves to the job type that runs that task.
 
     Raises
     ------
@@ -427,7 +436,7 @@ def get_job_description(name: str) -> JobDescription:
     if desc is None:
         desc = _registry.get(name)
     if desc is None:
-        desc = _task_job_description(name)
+        desc = _resolve(name)
     if desc is None:
         raise UnknownJobType(
             f"Unknown job type {name!r}: register it with @job({name!r}) or in "
@@ -436,15 +445,34 @@ def get_job_description(name: str) -> JobDescription:
     return desc
 
 
-def _task_job_description(name: str) -> JobDescription | None:
-    """Return the job type running the Django task at path ``name``, if it is one."""
-    if "." not in name:
-        return None
-    try:
-        from .tasks import task_job_description
-    except ImproperlyConfigured:  # no tasks framework: Django 5.2 without the backport
-        return None
-    return task_job_description(name)
+def register_job_type_resolver(resolver: Callable[[str], JobDescription | None]) -> None:
+    """Let ``resolver`` describe job types that are neither in settings nor ``@job``.
+
+    :func:`get_job_description` tries the resolvers in the order they were
+    registered, after ``JOBQUEUE["JOB_TYPES"]`` and ``@job``; the first that returns a
+    description wins. Register from ``AppConfig.ready()``, which runs in every process
+    (workers included); registering the same resolver again changes nothing.
+
+    Parameters
+    ----------
+    resolver:
+        ``resolver(name)`` returns the :class:`JobDescription` of job type ``name``,
+        or None when it does not know the name; it must not raise for an unknown name.
+        The django.tasks backend registers one that resolves a task's module path.
+    """
+    global _resolvers
+    with _lock:
+        if resolver not in _resolvers:
+            _resolvers = (*_resolvers, resolver)
+
+
+def _resolve(name: str) -> JobDescription | None:
+    """Return the first registered resolver's description of ``name``, or None."""
+    for resolver in _resolvers:  # a tuple, replaced whole: safe to read unlocked
+        desc = resolver(name)
+        if desc is not None:
+            return desc
+    return None
 
 
 def registered_job_types() -> dict[str, JobDescription]:

@@ -13,14 +13,16 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.apps import apps as django_apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_jobqueue import enqueue_job, storage
+from django_jobqueue import JobDescription, enqueue_job, registry, storage
 from django_jobqueue.exceptions import ImproperlyConfiguredJobQueue, UnknownJobType
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.registry import get_job_description, register_job_type_resolver
 
 tasks_api = pytest.importorskip("django_jobqueue.compat", exc_type=ImproperlyConfigured)
 
@@ -39,6 +41,7 @@ from django_jobqueue.tasks import (  # noqa: E402
     JobQueueBackend,
     job_priority_to_task_priority,
     job_status_to_task_status,
+    run_task_job,
     task_job_description,
     task_options,
     task_priority_to_job_priority,
@@ -476,6 +479,35 @@ def test_resolve__only_task_paths_resolve():
         enqueue_job(None, "tests.testapp.jobtypes.tasks.missing", None)
 
 
+def test_resolve__the_app_registers_the_task_resolver_once_and_resolvers_run_in_order(
+    monkeypatch,
+):
+    assert registry._resolvers.count(task_job_description) == 1
+    django_apps.get_app_config("django_jobqueue").ready()  # ready() again: still once
+    assert registry._resolvers.count(task_job_description) == 1
+
+    monkeypatch.setattr(registry, "_resolvers", registry._resolvers)
+    first = JobDescription(name="resolved.first", handler=t.add.func)
+    asked: list[str] = []
+
+    def resolve_first(name):
+        asked.append(name)
+        return first if name.startswith("resolved.") else None
+
+    def resolve_second(name):
+        return JobDescription(name=name, handler=t.add.func)
+
+    register_job_type_resolver(resolve_first)
+    register_job_type_resolver(resolve_second)
+    register_job_type_resolver(resolve_first)
+    assert registry._resolvers[-2:] == (resolve_first, resolve_second)
+    # A task path is answered by the task resolver, registered first.
+    assert get_job_description(t.add.module_path).handler is run_task_job
+    assert get_job_description("resolved.anything") is first
+    assert get_job_description("other.name").name == "other.name"
+    assert asked == ["resolved.anything", "other.name"]
+
+
 def test_compat__without_django_tasks_nor_backport_the_error_names_both(monkeypatch):
     import django_jobqueue.compat as compat
 
@@ -485,7 +517,11 @@ def test_compat__without_django_tasks_nor_backport_the_error_names_both(monkeypa
     monkeypatch.setitem(sys.modules, "django.tasks", None)
     monkeypatch.setitem(sys.modules, "django_tasks", None)
     monkeypatch.delitem(sys.modules, "django_jobqueue.compat")
-    monkeypatch.delitem(sys.modules, "django_jobqueue.tasks")
+    for name in list(sys.modules):
+        if name == "django_jobqueue.tasks" or name.startswith("django_jobqueue.tasks."):
+            monkeypatch.delitem(sys.modules, name)
+    # A process set up without a tasks framework: no resolver registered yet.
+    monkeypatch.setattr(registry, "_resolvers", ())
     try:
         with pytest.raises(ImproperlyConfigured) as caught:
             importlib.import_module("django_jobqueue.compat")
@@ -493,7 +529,10 @@ def test_compat__without_django_tasks_nor_backport_the_error_names_both(monkeypa
         assert "Django 6.0 or later" in message
         assert "django-tasks" in message
         assert caught.value.code == "tasks_framework_missing"
-        # The registry treats task paths as unknown job types then, not as a crash.
+        # The app gets ready without the task resolver, and the registry treats task
+        # paths as unknown job types then, not as a crash.
+        django_apps.get_app_config("django_jobqueue").ready()
+        assert registry._resolvers == ()
         with pytest.raises(UnknownJobType):
             enqueue_job(None, "tests.testapp.jobtypes.tasks.add", None)
     finally:
