@@ -75,7 +75,7 @@ except ImportError:
         from django_tasks import exceptions as _exceptions  # type: ignore[import-not-found,unused-ignore]
         from django_tasks import signals as _signals  # type: ignore[import-not-found,unused-ignore]
         from django_tasks import utils as _utils  # type: ignore[import-not-found,unused-ignore]
-        from django_tasks.backends.base import (  # type: ignore[import-not-found,unused-ignore]
+        from django_tasks.backends.base import (  # type: ignore[import-not-found,no-redef,unused-ignore]
             BaseTaskBackend,
         )
     except ImportError as exc:
@@ -83,28 +83,28 @@ except ImportError:
 
         raise TasksFrameworkMissing(_MISSING_MESSAGE.format(version=django.get_version())) from exc
     BACKPORT = True
-    Task = _base.Task
-    TaskContext = _base.TaskContext
-    TaskError = _base.TaskError
-    TaskResult = _base.TaskResult
-    task = _base.task
-    _Status = getattr(_base, "TaskResultStatus", None) or _base.ResultStatus
-    TASK_MAX_PRIORITY = getattr(_base, "TASK_MAX_PRIORITY", None) or _base.MAX_PRIORITY
-    TASK_MIN_PRIORITY = getattr(_base, "TASK_MIN_PRIORITY", None) or _base.MIN_PRIORITY
-    task_backends = getattr(_backport, "task_backends", None) or _backport.tasks
-    InvalidTask = getattr(_exceptions, "InvalidTask", None) or _exceptions.InvalidTaskError
-    TaskResultDoesNotExist = (
+    Task = _base.Task  # type: ignore[misc,assignment,unused-ignore]
+    TaskContext = _base.TaskContext  # type: ignore[misc,assignment,unused-ignore]
+    TaskError = _base.TaskError  # type: ignore[misc,assignment,unused-ignore]
+    TaskResult = _base.TaskResult  # type: ignore[misc,assignment,unused-ignore]
+    task = _base.task  # type: ignore[misc,assignment,unused-ignore]
+    _Status = getattr(_base, "TaskResultStatus", None) or _base.ResultStatus  # type: ignore[misc,assignment,unused-ignore]
+    TASK_MAX_PRIORITY = getattr(_base, "TASK_MAX_PRIORITY", None) or _base.MAX_PRIORITY  # type: ignore[misc,assignment,unused-ignore]
+    TASK_MIN_PRIORITY = getattr(_base, "TASK_MIN_PRIORITY", None) or _base.MIN_PRIORITY  # type: ignore[misc,assignment,unused-ignore]
+    task_backends = getattr(_backport, "task_backends", None) or _backport.tasks  # type: ignore[misc,assignment,unused-ignore]
+    InvalidTask = getattr(_exceptions, "InvalidTask", None) or _exceptions.InvalidTaskError  # type: ignore[misc,assignment,unused-ignore]
+    TaskResultDoesNotExist = (  # type: ignore[misc,assignment,unused-ignore]
         getattr(_exceptions, "TaskResultDoesNotExist", None) or _exceptions.ResultDoesNotExist
     )
-    TaskResultMismatch = (
+    TaskResultMismatch = (  # type: ignore[misc,assignment,unused-ignore]
         getattr(_exceptions, "TaskResultMismatch", None) or _exceptions.TaskIntegrityError
     )
-    task_enqueued = _signals.task_enqueued
-    task_finished = _signals.task_finished
-    task_started = _signals.task_started
-    normalize_json = getattr(_utils, "normalize_json", None) or _utils.json_normalize
+    task_enqueued = _signals.task_enqueued  # type: ignore[misc,assignment,unused-ignore]
+    task_finished = _signals.task_finished  # type: ignore[misc,assignment,unused-ignore]
+    task_started = _signals.task_started  # type: ignore[misc,assignment,unused-ignore]
+    normalize_json = getattr(_utils, "normalize_json", None) or _utils.json_normalize  # type: ignore[misc,assignment,unused-ignore]
 
 #: Django's result statuses (``TaskResultStatus``).
 TaskResultStatus: Any = _Status
 #: The status of a task that ran to completion (``SUCCEEDED`` in old backports).
-SUCCESSFUL: Any = getattr(_Status, "SUCCESSFUL", None) or _Status.SUCCEEDED
+SUCCESSFUL: Any = getattr(_Status, "SUCCESSFUL", None) or getattr(_Status, "SUCCEEDED")  # noqa: B009

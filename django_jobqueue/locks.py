@@ -258,12 +258,12 @@ def _sqlite_write_transaction(using: str, timeout_ms: int) -> Iterator[None]:
     try:
         # Take the write lock at BEGIN, so the re-check and the insert never meet a
         # lock upgrade that fails at once (SQLITE_BUSY_SNAPSHOT in WAL mode).
-        conn.transaction_mode = "IMMEDIATE"
+        conn.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]  # SQLite wrapper only
         with transaction.atomic(using=using):
-            conn.transaction_mode = mode
+            conn.transaction_mode = mode  # type: ignore[attr-defined]
             yield
     finally:
-        conn.transaction_mode = mode
+        conn.transaction_mode = mode  # type: ignore[attr-defined]
         if conn.connection is not None:
             with conn.cursor() as cursor:
                 cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")

@@ -108,8 +108,9 @@ class _ValueFilter(admin.SimpleListFilter):
         """List the known values, the latest jobs' values and the chosen one."""
         jobs = model_admin.get_queryset(request)
         values = set(self.known_values()) | _sample_values(jobs, self.field_name)
-        if self.value():
-            values.add(self.value())
+        chosen = self.value()
+        if chosen:
+            values.add(chosen)
         return [(value, value) for value in sorted(v for v in values if v)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

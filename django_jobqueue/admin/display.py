@@ -94,7 +94,7 @@ def when(value: datetime | None, *, stacked: bool = False) -> SafeString:
 def time_display(field: str, *, stacked: bool = False) -> Callable[[Any, Job], SafeString]:
     """Return an admin display method that renders ``Job.<field>`` with :func:`when`."""
 
-    @admin.display(description=Job._meta.get_field(field).verbose_name)
+    @admin.display(description=Job._meta.get_field(field).verbose_name)  # type: ignore[union-attr]
     def show(model_admin: Any, obj: Job) -> SafeString:
         return when(getattr(obj, field), stacked=stacked)
 

@@ -41,7 +41,7 @@ _JID = re.compile(r"[0-9a-f]{32}")
 
 #: A job's page, section by section, before :meth:`JobAdmin.get_fieldsets` drops
 #: what does not apply to the job shown. Times use the ``*_display`` methods.
-JOB_FIELDSETS: tuple[tuple[Any, dict[str, Any]], ...] = (
+JOB_FIELDSETS: Any = (
     (
         None,
         {

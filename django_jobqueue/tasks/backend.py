@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from django.apps import apps
 from django.core import checks
@@ -135,8 +135,8 @@ class JobQueueBackend(BaseTaskBackend):
         from ..enqueue import enqueue_job, jobs_database  # uses models (app registry): import late
 
         self.validate_task(task)
-        args = normalize_json(list(args))
-        kwargs = normalize_json(dict(kwargs))
+        args = cast("list[Any]", normalize_json(list(args)))
+        kwargs = cast("dict[str, Any]", normalize_json(dict(kwargs)))
         options = self.options_for(task)
         run_after = task.run_after
         if run_after is not None and timezone.is_naive(run_after):
@@ -208,7 +208,7 @@ class JobQueueBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id) from exc
         return task_result_from_job(job, task=task)
 
-    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:  # type: ignore[override]
         """Report invalid ``OPTIONS`` (E010) and a missing ``django_jobqueue`` app (E011)."""
         yield from super().check(**kwargs)
         try:
@@ -245,7 +245,7 @@ def _jid(result_id: Any) -> str:
     return text
 
 
-def _unique_key(path: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+def _unique_key(path: str, args: Iterable[Any], kwargs: Mapping[str, Any]) -> str:
     """Return the unique key of a call: the task path and a hash of its arguments."""
     call = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
     return f"task:{path}:{hashlib.sha256(call.encode('utf-8')).hexdigest()}"

@@ -98,7 +98,7 @@ def job_status_to_task_status(status: str) -> Any:
     """
     from ..models import JobStatus  # models need the app registry: import late
 
-    statuses = {
+    statuses: dict[str, Any] = {
         JobStatus.INIT: TaskResultStatus.READY,
         JobStatus.RETRY: TaskResultStatus.READY,
         JobStatus.PROCESSING: TaskResultStatus.RUNNING,
@@ -211,7 +211,7 @@ def task_result_from_job(job: Job, *, task: Any = None) -> Any:
     attempts = [a for a in payload.get("attempts") or [] if isinstance(a, dict)]
     started = attempts[0].get("started_at") if attempts else None
     status = job_status_to_task_status(job.status)
-    result = TaskResult(
+    result: Any = TaskResult(
         task=task,
         id=job.jid,
         status=status,

@@ -51,7 +51,7 @@ def _record_attempt(job: Job) -> None:
     """Store this attempt's worker and start in the payload (Django's ``worker_ids``)."""
     from ..models import Job, JobStatus  # models need the app registry: import late
 
-    payload = dict(job.payload)
+    payload = dict(job.payload or {})
     earlier = max(job.attempt - 1, 0)
     attempts = list(payload.get("attempts") or [])[:earlier]
     # An attempt whose worker died before the task started left no entry: its

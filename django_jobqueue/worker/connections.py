@@ -32,7 +32,7 @@ def recycle_connections() -> None:
     for conn in connections.all(initialized_only=True):
         if conn.connection is None:
             continue
-        conn.health_check_done = False
+        conn.health_check_done = False  # type: ignore[attr-defined]  # Django 5.1+, not in the stubs
         # As Django's close_if_unusable_or_obsolete(), but for the age rule.
         if conn.in_atomic_block or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
             conn.close()

@@ -269,8 +269,8 @@ class Foreman:
             self._drain()
         finally:
             self._done.set()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
             for thread in helpers:
                 thread.join(timeout=2)
             connections.close_all()

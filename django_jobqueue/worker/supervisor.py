@@ -73,7 +73,7 @@ class Supervisor:
         self.options = options
         self.log_level = log_level
         methods = multiprocessing.get_all_start_methods()
-        self._mp = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        self._mp: Any = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         self._children: dict[int, BaseProcess] = {}
         self._stopping = threading.Event()
         self._signals_sent = 0
