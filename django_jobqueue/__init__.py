@@ -8,11 +8,17 @@ Public API::
     def send(payload, ctx): ...
 
     send.enqueue({"to": "a@example.com"}, delay="10s")
+
+``import django_jobqueue`` loads only the exceptions, so settings or an AppConfig may
+import the package before the app registry is ready. Every other public name is
+imported on first use (PEP 562 ``__getattr__``), from the module that defines it.
 """
 
 from __future__ import annotations
 
-from .enqueue import EnqueueResult, aenqueue_job, enqueue_job
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .exceptions import (
     DuplicateJob,
     InvalidJobId,
@@ -26,7 +32,11 @@ from .exceptions import (
     UnknownJobType,
     WrongDatabase,
 )
-from .registry import JobDescription, JobHandle, job
+
+if TYPE_CHECKING:
+    from .enqueue import EnqueueResult, aenqueue_job, enqueue_job
+    from .handle import JobHandle, job
+    from .registry import JobDescription
 
 __all__ = [
     "DuplicateJob",
@@ -47,3 +57,33 @@ __all__ = [
     "enqueue_job",
     "job",
 ]
+
+#: The lazily imported public names and the submodule each comes from.
+_LAZY = {
+    "EnqueueResult": "enqueue",
+    "aenqueue_job": "enqueue",
+    "enqueue_job": "enqueue",
+    "JobHandle": "handle",
+    "job": "handle",
+    "JobDescription": "registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public name ``name`` from its submodule on first use.
+
+    Raises
+    ------
+    AttributeError
+        If ``name`` is not a lazily exported name (submodules import as usual).
+    """
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,10 +1,14 @@
-"""Job types: the ``@job`` decorator, ``JOBQUEUE["JOB_TYPES"]`` and JobDescription.
+"""Job types: registration, ``JOBQUEUE["JOB_TYPES"]`` and JobDescription lookup.
 
 A job type (seed 004 "title") names a handler ``handler(payload, ctx)``, sync or
 async, and carries seed 004's JobDescription options. Job types come from two
-places: ``@job`` in any module (each installed app's ``jobs`` module is imported on
-first lookup, as the admin autodiscovers ``admin``), and ``JOBQUEUE["JOB_TYPES"]``,
-read on lookup, never at import time.
+places: :func:`register`, which the ``@job`` decorator of
+:mod:`django_jobqueue.handle` calls in any module (each installed app's ``jobs``
+module is imported on first lookup, as the admin autodiscovers ``admin``), and
+``JOBQUEUE["JOB_TYPES"]``, read on lookup, never at import time.
+
+This module is in the store layer: it describes and finds job types, and knows no
+verb that enqueues them (those are :class:`django_jobqueue.handle.JobHandle`'s).
 """
 
 from __future__ import annotations
@@ -12,29 +16,40 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import Any
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from .durations import Duration, parse_duration, to_ms
+from .conf import get_config
+from .durations import parse_duration, to_ms
 from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption, UnknownJobType
 
-if TYPE_CHECKING:
-    from .enqueue import EnqueueResult
-    from .ids import JobView, Page
-    from .models import ScheduleJob
-
 __all__ = [
+    "UNSET",
     "JobDescription",
-    "JobHandle",
+    "describe",
     "get_job_description",
-    "job",
-    "register_job_type_resolver",
+    "register",
     "registered_job_types",
+    "validate",
 ]
 
-_UNSET: Any = object()
+__all__ = [
+    "UNSET",
+    "JobDescription",
+    "describe",
+    "get_job_description",
+    "register",
+    "register_job_type_resolver",
+    "registered_job_types",
+    "validate",
+]
+
+#: "Not given": the default of an option whose ``None`` already means something,
+#: such as ``dedupe`` (None: keep no id once done; UNSET: the queue's).
+UNSET: Any = object()
+_UNSET: Any = UNSET  # the old name, still read by storage until it imports UNSET
 _registry: dict[str, JobDescription] = {}
 _lock = threading.Lock()
 #: Tried in order for a name neither in settings nor decorated; see
@@ -85,8 +100,8 @@ class JobDescription:
     priority: int | None = None
     #: Never show payload or result in the admin, the console or logs (seed 004 Secure).
     secure: bool = False
-    #: How long a done job keeps its id (seed 002 ``dedupe``); _UNSET: the queue's.
-    dedupe: timedelta | None = _UNSET
+    #: How long a done job keeps its id (seed 002 ``dedupe``); UNSET: the queue's.
+    dedupe: timedelta | None = UNSET
     #: How long a dead letter stays (seed 002 ``keep``); None: the queue's.
     keep: timedelta | None = None
     #: A periodic plan of this type (issue 6): cron expression, or None for none.
@@ -97,7 +112,19 @@ class JobDescription:
     catch_up: bool = False
 
 
-def _validate(desc: JobDescription) -> JobDescription:
+def validate(desc: JobDescription) -> JobDescription:
+    """Check ``desc``'s options and return it unchanged.
+
+    The cron expression and time zone are checked here only for their type; their
+    grammar belongs to :mod:`django_jobqueue.schedules`, which ``@job`` asks first.
+
+    Raises
+    ------
+    ImproperlyConfiguredJobQueue
+        If the name is not 1 to 200 characters, the handler is not callable, an
+        integer option is below its minimum, the queue name is not 1 to 100
+        characters, or a plan option has the wrong type.
+    """
     name = desc.name
     if not isinstance(name, str) or not name or len(name) > 200:
         raise ImproperlyConfiguredJobQueue(
@@ -119,15 +146,48 @@ def _validate(desc: JobDescription) -> JobDescription:
         raise ImproperlyConfiguredJobQueue(
             f"Job type {name!r}: queue must be a name of 1 to 100 characters: got {desc.queue!r}."
         )
+    if desc.cron is not None and (not isinstance(desc.cron, str) or not desc.cron):
+        raise ImproperlyConfiguredJobQueue(
+            f"Job type {name!r}: cron must be a cron expression: got {desc.cron!r}."
+        )
+    if not isinstance(desc.timezone, str) or not isinstance(desc.catch_up, bool):
+        raise ImproperlyConfiguredJobQueue(
+            f"Job type {name!r}: timezone must be a string and catch_up True or False: "
+            f"got {desc.timezone!r}, {desc.catch_up!r}."
+        )
     return desc
 
 
-def _describe(name: str, handler: Callable[..., Any], options: Mapping[str, Any]) -> JobDescription:
+def describe(name: str, handler: Callable[..., Any], options: Mapping[str, Any]) -> JobDescription:
+    """Build and :func:`validate` the JobDescription of job type ``name``.
+
+    ``options`` holds any of ``queue``, ``max_retry``, ``concurrent``, ``priority``
+    (integers or None), ``secure`` (bool), ``timeout``, ``dedupe``, ``keep``
+    (durations: ``"30s"``, seconds, timedelta; ``dedupe`` may be :data:`UNSET`), and
+    the plan options ``cron``, ``timezone``, ``catch_up``, taken as given: the caller
+    checks their grammar (``@job`` does, with :mod:`django_jobqueue.schedules`).
+    Without ``cron``, ``timezone`` and ``catch_up`` are ignored. Reads no settings.
+
+    Raises
+    ------
+    ImproperlyConfiguredJobQueue
+        If an option is invalid; the message names the job type.
+    """
     try:
         timeout = options.get("timeout")
-        dedupe = options.get("dedupe", _UNSET)
+        dedupe = options.get("dedupe", UNSET)
         keep = options.get("keep")
-        return _validate(
+        cron = options.get("cron")
+        plan = (
+            {}
+            if cron is None
+            else {
+                "cron": cron,
+                "timezone": options.get("timezone") or "UTC",
+                "catch_up": options.get("catch_up", False),
+            }
+        )
+        return validate(
             JobDescription(
                 name=name,
                 handler=handler,
@@ -139,241 +199,36 @@ def _describe(name: str, handler: Callable[..., Any], options: Mapping[str, Any]
                 concurrent=options.get("concurrent"),
                 priority=options.get("priority"),
                 secure=bool(options.get("secure", False)),
-                dedupe=dedupe
-                if dedupe in (_UNSET, None)
-                else parse_duration(dedupe, name="dedupe"),
+                dedupe=dedupe if dedupe in (UNSET, None) else parse_duration(dedupe, name="dedupe"),
                 keep=None if keep is None else parse_duration(keep, name="keep"),
-                **_plan_options(options),
+                **plan,
             )
         )
     except InvalidOption as exc:
         raise ImproperlyConfiguredJobQueue(f"Job type {name!r}: {exc}") from exc
 
 
-def _plan_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate the periodic plan options of ``@job`` (cron, timezone, catch_up)."""
-    cron = options.get("cron")
-    if cron is None:
-        return {}
-    from .schedules import validate_cron, validate_timezone
+def register(description: JobDescription) -> JobDescription:
+    """Add ``description`` to the registry and return it.
 
-    catch_up = options.get("catch_up", False)
-    if not isinstance(catch_up, bool):
-        raise InvalidOption(f"catch_up must be True or False: got {catch_up!r}.")
-    return {
-        "cron": validate_cron(cron),
-        "timezone": validate_timezone(options.get("timezone") or "UTC"),
-        "catch_up": catch_up,
-    }
-
-
-class JobHandle:
-    """What ``@job`` returns: call it to run the handler, or enqueue jobs of its type."""
-
-    def __init__(self, description: JobDescription) -> None:
-        self.description = description
-        self.__wrapped__ = description.handler
-        self.__doc__ = description.handler.__doc__
-        self.__name__ = getattr(description.handler, "__name__", description.name)
-
-    @property
-    def name(self) -> str:
-        """The job type's name."""
-        return self.description.name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.description.handler(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<JobHandle {self.name!r}>"
-
-    def enqueue(self, payload: Any = None, **options: Any) -> EnqueueResult:
-        """Enqueue a job of this type; see :func:`django_jobqueue.enqueue.enqueue_job`.
-
-        ``queue`` defaults to the job type's queue. Returns an ``EnqueueResult``.
-        """
-        from .enqueue import enqueue_job
-
-        queue = options.pop("queue", None)
-        return enqueue_job(queue, self.name, payload, **options)
-
-    def schedule(self, payload: Any = None, *, at: datetime, **options: Any) -> ScheduleJob:
-        """Plan one job of this type at ``at``; see :func:`schedules.add_job_with_schedule`.
-
-        ``options``: ``queue``, ``priority``, ``name``. Returns the ``ScheduleJob``.
-        """
-        from .schedules import add_job_with_schedule
-
-        return add_job_with_schedule(self.name, payload, at=at, **options)
-
-    async def aschedule(self, payload: Any = None, *, at: datetime, **options: Any) -> ScheduleJob:
-        """Async twin of :meth:`schedule`."""
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(self.schedule)(payload, at=at, **options)
-
-    async def aenqueue(self, payload: Any = None, **options: Any) -> EnqueueResult:
-        """Async twin of :meth:`enqueue`."""
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(self.enqueue)(payload, **options)
-
-    # Seed 002 ids: on the job type's queue; see django_jobqueue.ids.Queue.
-
-    def add(self, value: Any = None, **options: Any) -> bool:
-        """Add a job of this type unless its id is taken; see :meth:`ids.Queue.add`."""
-        from .ids import Queue
-
-        return Queue.for_job_type(self.name).add(value, **options)
-
-    def set(self, id: str, value: Any = None, **options: Any) -> None:  # noqa: A002
-        """Make the id's job run with ``value``; see :meth:`ids.Queue.set`."""
-        from .ids import Queue
-
-        Queue.for_job_type(self.name).set(id, value, **options)
-
-    def update(self, id: str, value: Any = None, **options: Any) -> bool:  # noqa: A002
-        """Change a waiting job's value; see :meth:`ids.Queue.update`."""
-        from .ids import Queue
-
-        return Queue.for_job_type(self.name).update(id, value, **options)
-
-    def cancel(self, id: str) -> bool:  # noqa: A002
-        """Remove or stop the id's job; see :meth:`ids.Queue.cancel`."""
-        from .ids import Queue
-
-        return Queue.for_job_type(self.name).cancel(id)
-
-    def get(self, id: str) -> JobView | None:  # noqa: A002
-        """Return the job holding ``id``; see :meth:`ids.Queue.get`."""
-        from .ids import Queue
-
-        return Queue.for_job_type(self.name).get(id)
-
-    def list(self, **options: Any) -> Page:
-        """Return a page of this type's jobs; see :meth:`ids.Queue.list`."""
-        from .ids import Queue
-
-        return Queue.for_job_type(self.name).list(**options)
-
-    async def aadd(self, value: Any = None, **options: Any) -> bool:
-        """Async twin of :meth:`add`."""
-        from .ids import Queue
-
-        return await Queue.for_job_type(self.name).aadd(value, **options)
-
-    async def aset(self, id: str, value: Any = None, **options: Any) -> None:  # noqa: A002
-        """Async twin of :meth:`set`."""
-        from .ids import Queue
-
-        await Queue.for_job_type(self.name).aset(id, value, **options)
-
-    async def aupdate(self, id: str, value: Any = None, **options: Any) -> bool:  # noqa: A002
-        """Async twin of :meth:`update`."""
-        from .ids import Queue
-
-        return await Queue.for_job_type(self.name).aupdate(id, value, **options)
-
-    async def acancel(self, id: str) -> bool:  # noqa: A002
-        """Async twin of :meth:`cancel`."""
-        from .ids import Queue
-
-        return await Queue.for_job_type(self.name).acancel(id)
-
-    async def aget(self, id: str) -> JobView | None:  # noqa: A002
-        """Async twin of :meth:`get`."""
-        from .ids import Queue
-
-        return await Queue.for_job_type(self.name).aget(id)
-
-    async def alist(self, **options: Any) -> Page:
-        """Async twin of :meth:`list`."""
-        from .ids import Queue
-
-        return await Queue.for_job_type(self.name).alist(**options)
-
-
-def job(
-    name: str,
-    *,
-    queue: str | None = None,
-    max_retry: int | None = None,
-    timeout: Duration | None = None,
-    concurrent: int | None = None,
-    priority: int | None = None,
-    secure: bool = False,
-    dedupe: Duration | None = _UNSET,
-    keep: Duration | None = None,
-    cron: str | None = None,
-    timezone: str | None = None,
-    catch_up: bool = False,
-) -> Callable[[Callable[..., Any]], JobHandle]:
-    """Register the decorated function as the handler of job type ``name``.
-
-    Parameters
-    ----------
-    name:
-        The job type, such as ``"emails.send"`` (1 to 200 characters).
-    queue:
-        Queue its jobs go to (default ``JOBQUEUE["DEFAULT_QUEUE"]``).
-    max_retry:
-        Retries after the first failed attempt (default ``DEFAULT_MAX_RETRY``).
-    timeout:
-        Run time limit of one attempt: a duration (``"30s"``, seconds, timedelta).
-    concurrent:
-        Most jobs of this type one foreman runs at once (None: no limit).
-    priority:
-        Default priority, an integer >= 1; 1 runs first.
-    secure:
-        Never show payload or result in the admin, the console or logs.
-    dedupe, keep:
-        Seed 002 queue options for this type: how long a done job keeps its id, how
-        long a dead letter stays (durations).
-    cron, timezone, catch_up:
-        A periodic plan of this type named after it (issue 6): a cron expression
-        such as ``"0 3 * * *"`` read in ``timezone`` (IANA, default ``"UTC"``);
-        ``catch_up`` runs once for ticks missed during downtime (default False:
-        skip them). Synced to the table when a foreman starts.
-
-    Returns
-    -------
-    Callable
-        A decorator returning a :class:`JobHandle`.
+    Registering the same name again with the same function (by module and qualified
+    name, as on a module's re-import) replaces the description. Thread safe.
 
     Raises
     ------
     ImproperlyConfiguredJobQueue
-        If an option is invalid, or ``name`` is already registered to another function.
-
-    Implements: seed 004 "type JobDescription", Foreman.AddWorker.
+        If the name is already registered to another function.
     """
-    options = {
-        "queue": queue,
-        "max_retry": max_retry,
-        "timeout": timeout,
-        "concurrent": concurrent,
-        "priority": priority,
-        "secure": secure,
-        "dedupe": dedupe,
-        "keep": keep,
-        "cron": cron,
-        "timezone": timezone,
-        "catch_up": catch_up,
-    }
-
-    def decorator(func: Callable[..., Any]) -> JobHandle:
-        desc = _describe(name, func, options)
-        with _lock:
-            existing = _registry.get(name)
-            if existing is not None and _qualname(existing.handler) != _qualname(func):
-                raise ImproperlyConfiguredJobQueue(
-                    f"Job type {name!r} is already registered to {_qualname(existing.handler)}; "
-                    "give this one another name."
-                )
-            _registry[name] = desc
-        return JobHandle(desc)
-
-    return decorator
+    name = description.name
+    with _lock:
+        existing = _registry.get(name)
+        if existing is not None and _qualname(existing.handler) != _qualname(description.handler):
+            raise ImproperlyConfiguredJobQueue(
+                f"Job type {name!r} is already registered to {_qualname(existing.handler)}; "
+                "give this one another name."
+            )
+        _registry[name] = description
+    return description
 
 
 def _qualname(func: Callable[..., Any]) -> str:
@@ -397,8 +252,6 @@ def _autodiscover() -> None:
 
 
 def _from_settings(name: str) -> JobDescription | None:
-    from .conf import get_config
-
     options = get_config().JOB_TYPES.get(name)
     if options is None:
         return None
@@ -414,9 +267,10 @@ def _from_settings(name: str) -> JobDescription | None:
     handler = options["handler"]
     if isinstance(handler, str):
         handler = import_string(handler)
-    if isinstance(handler, JobHandle):
-        handler = handler.description.handler
-    return _describe(name, handler, {k: v for k, v in options.items() if k != "handler"})
+    described = getattr(handler, "description", None)  # a @job handle: its function
+    if isinstance(described, JobDescription):
+        handler = described.handler
+    return describe(name, handler, {k: v for k, v in options.items() if k != "handler"})
 
 
 def get_job_description(name: str) -> JobDescription:
@@ -477,8 +331,6 @@ def _resolve(name: str) -> JobDescription | None:
 
 def registered_job_types() -> dict[str, JobDescription]:
     """Return every known job type by name (decorated, then overridden by settings)."""
-    from .conf import get_config
-
     _autodiscover()
     result = dict(_registry)
     for name in get_config().JOB_TYPES:

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.test import override_settings
 
-from django_jobqueue import registry, schedules
+from django_jobqueue import handle, registry, schedules
 from django_jobqueue.enqueue import build_job, create_job
 from django_jobqueue.exceptions import (
     DuplicateJob,
@@ -448,7 +448,7 @@ def test_sync__leaves_hand_made_and_api_plans_alone():
 def test_sync__job_decorator_with_cron_declares_a_plan(monkeypatch):
     monkeypatch.setattr(registry, "_registry", dict(registry._registry))
 
-    @registry.job("schedules.nightly", cron="30 2 * * *", timezone=NEW_YORK, catch_up=True)
+    @handle.job("schedules.nightly", cron="30 2 * * *", timezone=NEW_YORK, catch_up=True)
     def nightly(payload, ctx):
         return None
 
@@ -484,7 +484,7 @@ def test_sync__bad_declaration_raises_and_writes_nothing(plan, message):
 def test_job_decorator__bad_cron_is_refused(monkeypatch):
     monkeypatch.setattr(registry, "_registry", dict(registry._registry))
     with pytest.raises(ImproperlyConfiguredJobQueue, match="cron must be"):
-        registry.job("schedules.bad", cron="every day")(lambda payload, ctx: None)
+        handle.job("schedules.bad", cron="every day")(lambda payload, ctx: None)
 
 
 # Operators ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_jobqueue.registry import job
+from django_jobqueue.handle import job
 
 
 @job("adv.echo", queue="adv", max_retry=0)
