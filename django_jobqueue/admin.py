@@ -26,7 +26,6 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
-from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -38,6 +37,7 @@ from django.utils.translation import ngettext
 
 from . import maintenance
 from .conf import get_config
+from .dbclock import Now
 from .exceptions import UnknownJobType
 from .models import Job, ScheduleJob
 

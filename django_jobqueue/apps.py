@@ -17,5 +17,8 @@ class JobQueueConfig(AppConfig):
     def ready(self) -> None:
         from . import (
             checks,  # noqa: F401  (registers the system checks)
+            dbclock,
             signals,  # noqa: F401  (connects the receivers)
         )
+
+        dbclock.connect()  # SQLite: the microsecond clock of dbclock.Now

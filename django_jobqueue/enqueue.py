@@ -27,11 +27,11 @@ from typing import Any
 
 from django.db import IntegrityError, connections, router
 from django.db.models import BooleanField, ExpressionWrapper, Q
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import locks
 from .conf import get_config
+from .dbclock import Now
 from .durations import Duration, parse_duration
 from .exceptions import (
     DuplicateJob,

@@ -67,11 +67,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 from django.db import IntegrityError, connections, transaction
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import locks
 from .conf import get_config
+from .dbclock import Now
 from .exceptions import (
     DuplicateJob,
     ImproperlyConfiguredJobQueue,
