@@ -149,6 +149,10 @@ class JobSpec:
             "unique_expires_at": None
             if self.unique_key is None
             else Now() + timedelta(milliseconds=self.unique_ttl_ms),
+            # Not the columns' db_default (Django's Now, milliseconds on SQLite):
+            # the insert's one instant of the package's clock, as run_at's.
+            "created_at": Now(),
+            "updated_at": Now(),
         }
 
 

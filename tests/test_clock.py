@@ -97,6 +97,30 @@ def test_a_whole_second_compares_by_time_both_ways():
     assert Job.objects.get(jid=due).run_at == second
 
 
+@pytest.mark.django_db
+def test_each_statement_reads_a_fresh_clock_no_older_than_python_before_it():
+    probe = Job.objects.get(jid=enqueue_job(QUEUE, "ids.draft", "probe", delay="1h").jid)
+    behind = []
+    for _ in range(PAIRS // 5):
+        before = timezone.now()
+        read = db_now(probe)
+        if read < before:
+            behind.append((before, read))
+    assert behind == []
+
+
+@pytest.mark.django_db
+def test_the_times_one_statement_writes_are_one_instant():
+    result = enqueue_job(QUEUE, "ids.draft", "x", expires_ms=60_000)
+    row = Job.objects.get(jid=result.jid)
+    assert row.created_at == row.updated_at == row.run_at
+    assert row.expires_at - row.created_at == timedelta(minutes=1)
+    (job,) = claim()
+    job.refresh_from_db()
+    assert job.started_at == job.heartbeat_at == job.updated_at
+    assert job.lease_expires_at > job.started_at
+
+
 # -- leases, id holds, unique keys and schedules end on time ------------------------
 
 
