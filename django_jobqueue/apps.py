@@ -27,9 +27,11 @@ class JobQueueConfig(AppConfig):
         # config (during app loading) must not register anything.
         from . import (
             checks,  # noqa: F401  (registers the system checks)
+            dbclock,
             signals,  # noqa: F401  (connects the receivers)
         )
 
+        dbclock.connect()  # SQLite: the microsecond clock of dbclock.Now
         try:  # here too: the tasks framework (or its backport) loads once apps are ready
             from .tasks import task_job_description
         except ImproperlyConfigured:  # no tasks framework: Django 5.2 without the backport

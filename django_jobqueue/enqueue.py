@@ -27,11 +27,11 @@ from typing import Any
 
 from django.db import IntegrityError, connections, router
 from django.db.models import BooleanField, ExpressionWrapper, Q
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import locks
 from .conf import get_config
+from .dbclock import Now
 from .durations import Duration, parse_duration
 from .exceptions import (
     DuplicateJob,
@@ -149,6 +149,10 @@ class JobSpec:
             "unique_expires_at": None
             if self.unique_key is None
             else Now() + timedelta(milliseconds=self.unique_ttl_ms),
+            # Not the columns' db_default (Django's Now, milliseconds on SQLite):
+            # the insert's one instant of the package's clock, as run_at's.
+            "created_at": Now(),
+            "updated_at": Now(),
         }
 
 

@@ -59,12 +59,12 @@ from typing import Any, TypeVar
 
 from django.db import IntegrityError
 from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
-from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from . import locks
 from .conf import get_config
+from .dbclock import Now
 from .durations import Duration, parse_duration, to_ms
 from .enqueue import (
     JobSpec,

@@ -36,11 +36,11 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.db.models import Count, Min, Q, QuerySet
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import locks, storage
 from .conf import get_config
+from .dbclock import Now
 from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 
 __all__ = [

@@ -32,8 +32,10 @@ import hashlib
 from typing import Any
 
 from django.db import models
-from django.db.models.functions import Now
+from django.db.models.functions import Now  # db_default only: see dbclock
 from django.utils.translation import gettext_lazy as _
+
+from . import dbclock
 
 __all__ = [
     "DEAD_STATUSES",
@@ -102,7 +104,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def due(self) -> JobQuerySet:
         """Waiting jobs whose ``run_at`` has come, by the database clock."""
-        return self.filter(waiting=True, run_at__lte=Now())
+        return self.filter(waiting=True, run_at__lte=dbclock.Now())
 
     def processing(self) -> JobQuerySet:
         """Jobs claimed by a worker."""
@@ -110,7 +112,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def lease_expired(self) -> JobQuerySet:
         """Claimed jobs whose lease has expired by the database clock."""
-        return self.filter(status=JobStatus.PROCESSING, lease_expires_at__lt=Now())
+        return self.filter(status=JobStatus.PROCESSING, lease_expires_at__lt=dbclock.Now())
 
     def dead(self) -> JobQuerySet:
         """Dead letters: ``error`` and ``max_retry``."""

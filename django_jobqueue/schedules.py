@@ -67,11 +67,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 from django.db import IntegrityError, connections, transaction
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import locks
 from .conf import get_config
+from .dbclock import Now
 from .exceptions import (
     DuplicateJob,
     ImproperlyConfiguredJobQueue,
@@ -564,9 +564,10 @@ def _materialize_one(using: str, pk: int, now: datetime) -> int:
             if plan is None:  # another process has it, or did it
                 return 0
             count, fields = _materialize_plan(plan, now)
-            # Guarded advance. A window of +/- 1 ms, not equality: SQLite stores a
-            # schedule_at written with Now() as text with 3 decimals, which never
-            # equals the 6-decimal parameter; the next tick is always further away.
+            # Guarded advance. A window of +/- 1 ms, not equality: a schedule_at
+            # written with Django's own Now() (an admin or a test, not dbclock) is
+            # SQLite text with 3 decimals, which never equals the 6-decimal
+            # parameter; the next tick is always further away.
             advanced = (
                 ScheduleJob.objects.using(using)
                 .filter(

@@ -28,12 +28,13 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Case, F, Q, Value, When
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import locks
 from .backoff import backoff_ms
 from .conf import get_config
+from .dbclock import Now
 from .models import Job, JobStatus, UniqueMode
 
 __all__ = [

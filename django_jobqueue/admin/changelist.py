@@ -18,12 +18,12 @@ from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
-from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import get_config
+from ..dbclock import Now
 from ..models import Job
 
 __all__ = [
