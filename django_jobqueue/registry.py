@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["JobDescription", "JobHandle", "get_job_description", "job", "registered_job_types"]
 
-_UNSET: Any = object()
+#: "Not given", unlike None ("none"): a ``JobDescription.dedupe`` left to the queue's.
+UNSET: Any = object()
+_UNSET = UNSET  # this module's own spelling
 _registry: dict[str, JobDescription] = {}
 _lock = threading.Lock()
 #: Held while the ``jobs`` modules import: a thread that looks a job type up meanwhile
