@@ -30,7 +30,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
@@ -40,9 +40,6 @@ from . import locks
 from .conf import get_config
 from .exceptions import DirectCreateRefused, DuplicateJob, WrongDatabase
 from .wakeups import notify_on_commit
-
-if TYPE_CHECKING:
-    from .models import ScheduleJob
 
 __all__ = [
     "CreateRefusingQuerySet",
@@ -57,6 +54,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: The model of a queryset or manager (Job, ScheduleJob); this module imports no model.
 _M = TypeVar("_M", bound=models.Model)
 
 #: Creations retried when the unique index refused an insert whose holder is gone.
@@ -218,7 +216,7 @@ class CreateRefusingQuerySet(models.QuerySet[_M]):
         _refuse("bulk_create")
 
 
-class JobManager(models.Manager["Job"]):
+class JobManager(models.Manager[_M]):
     """``Job.objects``: the states' query helpers, and creation under advisory locks."""
 
     def create_job(self, spec: JobSpec, **hold_fields: Any) -> EnqueueResult:
@@ -379,10 +377,10 @@ class _Held(Exception):  # noqa: N818 - control flow, never leaves this module
         self.holder = holder
 
 
-class ScheduleJobManager(models.Manager["ScheduleJob"]):
+class ScheduleJobManager(models.Manager[_M]):
     """``ScheduleJob.objects``: plan creation and the guarded advance to the next tick."""
 
-    def create_plan(self, using: str, **fields: Any) -> ScheduleJob:
+    def create_plan(self, using: str, **fields: Any) -> _M:
         """Insert a plan in its own savepoint on ``using``; return it.
 
         Parameters
@@ -410,27 +408,23 @@ class ScheduleJobManager(models.Manager["ScheduleJob"]):
                 f"A schedule named {name!r} exists already; choose another name or change it."
             ) from exc
 
-    def advance(self, plan: ScheduleJob, **fields: Any) -> bool:
-        """Store ``fields`` on ``plan`` if its next run is still the one it was read with.
+    def advance(self, using: str, pk: int, read_at: datetime, **fields: Any) -> bool:
+        """Store ``fields`` on plan ``pk`` if its next run is still ``read_at``.
 
-        The guard is a window of +/- 1 ms around the ``schedule_at`` read, not
-        equality: SQLite stores a ``schedule_at`` written with ``Now()`` as text with 3
-        decimals, which never equals the 6-decimal parameter; the next tick is always
-        further away. ``updated_at`` is set by the database clock.
+        The guard is a window of +/- 1 ms around ``read_at`` (the ``schedule_at`` the
+        caller read), not equality: SQLite stores a ``schedule_at`` written with
+        ``Now()`` as text with 3 decimals, which never equals the 6-decimal
+        parameter; the next tick is always further away. ``updated_at`` is set by
+        the database clock.
 
         Returns
         -------
         bool
             True if this call moved the plan; False if another process did first.
         """
-        assert plan.schedule_at is not None
         advanced = (
-            self.using(plan._state.db)
-            .filter(
-                pk=plan.pk,
-                schedule_at__gt=plan.schedule_at - _MS,
-                schedule_at__lt=plan.schedule_at + _MS,
-            )
+            self.using(using)
+            .filter(pk=pk, schedule_at__gt=read_at - _MS, schedule_at__lt=read_at + _MS)
             .update(**fields, updated_at=Now())
         )
         return advanced == 1

@@ -556,7 +556,7 @@ def _materialize_one(using: str, pk: int, now: datetime) -> int:
                 return 0
             count, fields = _materialize_plan(plan, now)
             # Guarded advance: only if no other process moved the plan meanwhile.
-            if not ScheduleJob.objects.advance(plan, **fields):
+            if not ScheduleJob.objects.advance(using, pk, plan.schedule_at, **fields):
                 raise _LostRace
     except _LostRace:
         logger.debug("schedule pk=%s advanced by another process; rolled back", pk)

@@ -72,6 +72,10 @@ def test_schedule_manager__create_plan_refuses_a_taken_name_and_advance_is_guard
     plan = add_job_with_schedule(JOB_TYPE, at=at, name="mgr-plan")
     with pytest.raises(DuplicateJob):
         ScheduleJob.objects.create_plan("default", name="mgr-plan", queue="mgr", job_type=JOB_TYPE)
-    assert ScheduleJob.objects.advance(plan, schedule_at=None) is True
+    assert (
+        ScheduleJob.objects.advance("default", plan.pk, plan.schedule_at, schedule_at=None) is True
+    )
     # The plan moved on: an advance read with the old next run moves nothing.
-    assert ScheduleJob.objects.advance(plan, schedule_at=None) is False
+    assert (
+        ScheduleJob.objects.advance("default", plan.pk, plan.schedule_at, schedule_at=None) is False
+    )
