@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 
 __all__ = [
+    "DirectCreateRefused",
     "DuplicateJob",
     "ImproperlyConfiguredJobQueue",
     "InvalidJobId",
@@ -74,6 +75,17 @@ class DuplicateJob(JobQueueError):
     def __init__(self, message: str, *, holder_jid: str | None = None) -> None:
         super().__init__(message)
         self.holder_jid = holder_jid
+
+
+class DirectCreateRefused(JobQueueError):
+    """``Job.objects.create()``/``bulk_create()`` were called: jobs are made by ``enqueue_job``.
+
+    A job made straight in the table would have no creation lock, no id or unique
+    key hold, no validation and no wake-up; ``enqueue_job`` (or a ``Queue`` verb)
+    makes it with all four.
+    """
+
+    code = "use_enqueue_job"
 
 
 class LockTimeout(JobQueueError):

@@ -51,10 +51,9 @@ import base64
 import binascii
 import json
 import logging
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import IntegrityError
@@ -66,18 +65,11 @@ from . import locks
 from .conf import get_config
 from .dbclock import Now
 from .durations import Duration, parse_duration, to_ms
-from .enqueue import (
-    JobSpec,
-    _check_transaction,
-    build_job,
-    check_delay,
-    check_json,
-    check_queue,
-    check_text,
-    hold_lock_names,
-    jobs_database,
-)
+from .enqueue import build_job, jobs_database
 from .exceptions import InvalidOption, LockTimeout
+from .managers import JobSpec, check_transaction, hold_lock_names
+from .validation import check_delay, check_json, check_queue, check_text
+from .wakeups import notify_on_commit
 
 __all__ = [
     "DEFAULT_PAGE_JOBS",
@@ -669,7 +661,7 @@ def _busy(queue: str, job_id: str) -> LockTimeout:
 
 def _locked(using: str, queue: str, job_id: str, body: Callable[[], T]) -> T:
     """Run ``body`` in a transaction holding the creation lock of (queue, id)."""
-    _check_transaction(using)
+    check_transaction(using)
     timeout_ms = get_config().LOCK_TIMEOUT_MS
     names = hold_lock_names(queue, job_id=job_id)
 
@@ -742,19 +734,16 @@ def _release(using: str, row: Any) -> None:
 
 
 def _insert(spec: JobSpec, hold_fields: dict[str, Any]) -> str:
+    """Insert ``spec``'s job under the (queue, id) lock the calling verb holds."""
     from .models import Job
 
-    jid = uuid.uuid4().hex
-    Job.objects.using(spec.using).create(**spec.model_fields(jid), **hold_fields)
-    _wake_if_due(spec.using, spec.queue, spec.at is None and spec.delay == timedelta(0))
+    jid = Job.objects.insert_held(spec, **hold_fields)
     logger.debug("job added jid=%s queue=%s type=%s", jid, spec.queue, spec.job_type)
     return jid
 
 
 def _wake_if_due(using: str, queue: str, due: bool) -> None:
     if due:
-        from .worker.wakeup import notify_on_commit
-
         notify_on_commit(using, queue)
 
 

@@ -21,21 +21,23 @@ so ending a hold is setting the hash to NULL. ``id_held_until`` and
 ``unique_expires_at`` bound a hold in time: a hold past them is stale and the
 creation path clears it under its lock before inserting.
 
-State changes are guarded ``update()`` calls in :class:`JobQuerySet` and
-:class:`JobManager` that filter on the expected status and lease token and check
-the row count.
+Creation is the managers' (:mod:`django_jobqueue.managers`): ``Job.objects`` creates
+a job only under its advisory locks, and refuses Django's ``create()`` and
+``bulk_create()``. State changes are guarded ``update()`` calls
+(:mod:`django_jobqueue.storage`) that filter on the expected status and lease token
+and check the row count.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from django.db import models
 from django.db.models.functions import Now  # db_default only: see dbclock
 from django.utils.translation import gettext_lazy as _
 
-from . import dbclock
+from . import dbclock, unique
+from .managers import CreateRefusingQuerySet, JobManager, ScheduleJobManager, hold_hash
 
 __all__ = [
     "DEAD_STATUSES",
@@ -80,23 +82,15 @@ class UniqueMode(models.TextChoices):
     """When a unique key's lock frees (seed 000 "Modes"); the TTL always bounds it."""
 
     #: Core: when ``unique_ttl_ms`` passes.
-    WHILE_LOCKED = "while_locked", _("while locked")
+    WHILE_LOCKED = unique.WHILE_LOCKED, _("while locked")
     #: Pro: the moment a worker claims the job.
-    UNTIL_EXECUTING = "until_executing", _("until executing")
+    UNTIL_EXECUTING = unique.UNTIL_EXECUTING, _("until executing")
     #: Pro: when the job completes successfully (not on dead letter).
-    UNTIL_EXECUTED = "until_executed", _("until executed")
+    UNTIL_EXECUTED = unique.UNTIL_EXECUTED, _("until executed")
 
 
-def hold_hash(text: str) -> str:
-    """Return the hex SHA-256 of ``text``'s UTF-8 bytes: the indexed form of a hold.
-
-    Comparing hashes compares ids byte for byte, whatever the database collation.
-    """
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class JobQuerySet(models.QuerySet["Job"]):
-    """Query helpers named for states."""
+class JobQuerySet(CreateRefusingQuerySet["Job"]):
+    """Query helpers named for states; ``create()`` and ``bulk_create()`` are refused."""
 
     def waiting(self) -> JobQuerySet:
         """Jobs in ``init`` or ``retry`` (due or scheduled)."""
@@ -175,7 +169,7 @@ class Job(models.Model):
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
 
-    objects = JobQuerySet.as_manager()
+    objects = JobManager.from_queryset(JobQuerySet)()
 
     class Meta:
         verbose_name = _("job")
@@ -244,6 +238,8 @@ class ScheduleJob(models.Model):
     last_run_at = models.DateTimeField(_("last run at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
+
+    objects: ScheduleJobManager[ScheduleJob] = ScheduleJobManager()
 
     class Meta:
         verbose_name = _("schedule")

@@ -49,7 +49,6 @@ __all__ = [
 #: "Not given": the default of an option whose ``None`` already means something,
 #: such as ``dedupe`` (None: keep no id once done; UNSET: the queue's).
 UNSET: Any = object()
-_UNSET: Any = UNSET  # the old name, still read by storage until it imports UNSET
 _registry: dict[str, JobDescription] = {}
 _lock = threading.Lock()
 #: Tried in order for a name neither in settings nor decorated; see

@@ -80,6 +80,7 @@ from .exceptions import (
     LockTimeout,
     WrongDatabase,
 )
+from .validation import text_problem
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -124,7 +125,6 @@ _SCHEDULE_KEYS = frozenset(
     {"job_type", "cron", "timezone", "payload", "queue", "priority", "catch_up", "enabled"}
 )
 _TINY = timedelta(microseconds=1)
-_MS = timedelta(milliseconds=1)
 #: Errors that roll a plan's pass back, to be tried again on the next pass.
 _TRANSIENT = (LockTimeout, WrongDatabase)
 
@@ -390,33 +390,24 @@ def add_job_with_schedule(
         name = f"once:{job_type}:{uuid.uuid4().hex}"
     if not isinstance(name, str) or not 0 < len(name) <= 200:
         raise InvalidOption(f"name must be 1 to 200 characters: got {name!r}.")
-    from .enqueue import _text_problem
-
-    problem = _text_problem(name)
+    problem = text_problem(name)
     if problem is not None:
         raise InvalidOption(f"The schedule name {problem}: got {name!r}; remove that character.")
-    try:
-        with transaction.atomic(using=spec.using):
-            plan = ScheduleJob.objects.using(spec.using).create(
-                name=name,
-                queue=spec.queue,
-                job_type=job_type,
-                payload=payload,
-                priority=spec.priority,
-                status=ScheduleStatus.ACTIVE,
-                cron="",
-                timezone="UTC",
-                enabled=True,
-                catch_up=False,
-                schedule_at=at.astimezone(UTC),
-                source=ScheduleSource.API,
-            )
-    except IntegrityError as exc:
-        if not ScheduleJob.objects.using(spec.using).filter(name=name).exists():
-            raise
-        raise DuplicateJob(
-            f"A schedule named {name!r} exists already; choose another name or change it."
-        ) from exc
+    plan = ScheduleJob.objects.create_plan(
+        spec.using,
+        name=name,
+        queue=spec.queue,
+        job_type=job_type,
+        payload=payload,
+        priority=spec.priority,
+        status=ScheduleStatus.ACTIVE,
+        cron="",
+        timezone="UTC",
+        enabled=True,
+        catch_up=False,
+        schedule_at=at.astimezone(UTC),
+        source=ScheduleSource.API,
+    )
     logger.debug("schedule added name=%s type=%s at=%s", name, job_type, plan.schedule_at)
     return plan
 
@@ -564,20 +555,8 @@ def _materialize_one(using: str, pk: int, now: datetime) -> int:
             if plan is None:  # another process has it, or did it
                 return 0
             count, fields = _materialize_plan(plan, now)
-            # Guarded advance. A window of +/- 1 ms, not equality: a schedule_at
-            # written with Django's own Now() (an admin or a test, not dbclock) is
-            # SQLite text with 3 decimals, which never equals the 6-decimal
-            # parameter; the next tick is always further away.
-            advanced = (
-                ScheduleJob.objects.using(using)
-                .filter(
-                    pk=pk,
-                    schedule_at__gt=plan.schedule_at - _MS,
-                    schedule_at__lt=plan.schedule_at + _MS,
-                )
-                .update(**fields, updated_at=Now())
-            )
-            if advanced != 1:
+            # Guarded advance: only if no other process moved the plan meanwhile.
+            if not ScheduleJob.objects.advance(using, pk, plan.schedule_at, **fields):
                 raise _LostRace
     except _LostRace:
         logger.debug("schedule pk=%s advanced by another process; rolled back", pk)

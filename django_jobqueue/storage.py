@@ -27,15 +27,18 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import locks
+from . import locks, unique
 from .backoff import backoff_ms
 from .conf import get_config
 from .dbclock import Now
-from .models import Job, JobStatus, UniqueMode
+from .models import Job, JobStatus
+from .registry import UNSET, get_job_description
+from .validation import check_json
+from .wakeups import notify_on_commit
 
 __all__ = [
     "claim",
@@ -57,8 +60,6 @@ _LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_token": "", "lease_e
 def _id_hold_options(job: Job) -> tuple[timedelta | None, timedelta]:
     """Return (dedupe, keep) of ``job``: stored on it by a ``Queue(name, dedupe=, keep=)``
     handle, else its job type's, else its queue's."""
-    from .registry import _UNSET, get_job_description
-
     options = get_config().queue_options(job.queue)
     dedupe, keep = options.dedupe, options.keep
     try:
@@ -66,7 +67,7 @@ def _id_hold_options(job: Job) -> tuple[timedelta | None, timedelta]:
     except Exception:  # unknown job type: the queue's options  # noqa: S110
         pass
     else:
-        if desc.dedupe is not _UNSET:
+        if desc.dedupe is not UNSET:
             dedupe = desc.dedupe
         if desc.keep is not None:
             keep = desc.keep
@@ -159,10 +160,7 @@ def _claim(
             started_at=Now(),
             updated_at=Now(),
             # seed 000: an until_executing lock frees the moment a worker claims the job.
-            unique_key_hash=Case(
-                When(unique_mode=UniqueMode.UNTIL_EXECUTING, then=Value(None)),
-                default=F("unique_key_hash"),
-            ),
+            **unique.claim_release(),
         )
         claimed = {
             job.pk: job for job in Job.objects.using(using).filter(pk__in=pks, lease_token=token)
@@ -211,8 +209,6 @@ def complete(job: Job, result: Any = None) -> bool:
     The id's hold lasts ``dedupe`` more (seed 002), else ends now; an
     ``until_executed`` unique key frees now (seed 000).
     """
-    from .enqueue import check_json
-
     # InvalidPayload (a ValueError) before any write: the executor stores it as the
     # job's failure, rather than leaving the job processing until its lease expires.
     check_json(result, "The handler's result")
@@ -229,8 +225,7 @@ def complete(job: Job, result: Any = None) -> bool:
         fields["id_held_until"] = Now() + dedupe
     else:
         fields["job_id_hash"] = None
-    if job.unique_mode == UniqueMode.UNTIL_EXECUTED:
-        fields["unique_key_hash"] = None
+    fields.update(unique.complete_release(job.unique_mode))
     return _write_or_rerun(job, fields, "complete", {"result": result}) is not None
 
 
@@ -392,8 +387,6 @@ def _write_or_rerun(
             job._state.db, _guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)
         ):
             logger.info("rerun requested, job waits again jid=%s type=%s", job.jid, job.job_type)
-            from .worker.wakeup import notify_on_commit
-
             notify_on_commit(job._state.db, job.queue)
             return False
         if not _guarded(job).exists():

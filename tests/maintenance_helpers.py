@@ -45,13 +45,17 @@ def job_fields(**fields: Any) -> dict[str, Any]:
 
 
 def make_job(**fields: Any) -> Job:
-    """Create one job row; see :func:`job_fields`."""
-    return Job.objects.create(**job_fields(**fields))
+    """Create one job row; see :func:`job_fields`.
+
+    Straight in the table through Django's base manager: ``Job.objects`` refuses
+    ``create()`` (jobs are made by ``enqueue_job``), and these rows are fixtures.
+    """
+    return Job._base_manager.create(**job_fields(**fields))
 
 
 def make_jobs(count: int, **fields: Any) -> list[Job]:
-    """Create ``count`` job rows with one INSERT per 500; see :func:`job_fields`."""
-    return Job.objects.bulk_create([Job(**job_fields(**fields)) for _ in range(count)], 500)
+    """Create ``count`` job rows with one INSERT per 500; see :func:`make_job`."""
+    return Job._base_manager.bulk_create([Job(**job_fields(**fields)) for _ in range(count)], 500)
 
 
 def running(owner: str = "host:1:worker-1", *, lease_s: int = 60, **fields: Any) -> Job:

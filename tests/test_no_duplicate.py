@@ -21,15 +21,11 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 from django_jobqueue import locks, storage
-from django_jobqueue.enqueue import (
-    MAX_ID_BYTES,
-    build_job,
-    create_job,
-    enqueue_job,
-    hold_lock_names,
-)
+from django_jobqueue.enqueue import build_job, create_job, enqueue_job
 from django_jobqueue.exceptions import DuplicateJob, InvalidJobId, LockTimeout
+from django_jobqueue.managers import hold_lock_names
 from django_jobqueue.models import Job, JobStatus, hold_hash
+from django_jobqueue.validation import MAX_ID_BYTES
 from tests.no_duplicate_helpers import (
     JOB_TYPE,
     advisory_locks_in_database,

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, connections, transaction
 
-from django_jobqueue import enqueue, locks, schedules
+from django_jobqueue import locks, schedules
 from django_jobqueue.exceptions import LockTimeout
+from django_jobqueue.managers import JobManager
 from django_jobqueue.models import Job, ScheduleJob
 from django_jobqueue.schedules import ScheduleStatus, add_job_with_schedule, materialize_due
 from tests.testapp.jobtypes.schedules import tick  # noqa: F401  (registers schedules.tick)
@@ -36,7 +37,7 @@ def test_materialize__retries_the_plan_when_creation_meets_database_is_locked(mo
     """The first creation raises SQLite's "database is locked" inside the plan's
     transaction; the pass retries the whole transaction and makes the job."""
     plan = add_job_with_schedule("schedules.tick", at=datetime.now(UTC) - timedelta(seconds=5))
-    real_create = enqueue._create
+    real_create = JobManager._create
     calls: list[int] = []
 
     def locked_once(*args: Any, **kwargs: Any) -> Any:
@@ -45,7 +46,7 @@ def test_materialize__retries_the_plan_when_creation_meets_database_is_locked(mo
             raise OperationalError("database is locked")
         return real_create(*args, **kwargs)
 
-    monkeypatch.setattr(enqueue, "_create", locked_once)
+    monkeypatch.setattr(JobManager, "_create", locked_once)
     caplog.set_level(logging.DEBUG, logger="django_jobqueue")
     assert materialize_due(DB) == 1
     assert len(calls) == 2

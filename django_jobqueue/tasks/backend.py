@@ -236,11 +236,11 @@ def _jid(result_id: Any) -> str:
     A jid is 32 hex digits: text no database can compare (NUL, lone surrogates) or
     longer than that matches no job, and must not reach the database as a query.
     """
-    from ..enqueue import _text_problem  # uses models (app registry): import late
     from ..models import Job  # models need the app registry: import late
+    from ..validation import text_problem
 
     text = str(result_id)
-    if len(text) > 32 or _text_problem(text) is not None:
+    if len(text) > 32 or text_problem(text) is not None:
         raise Job.DoesNotExist(text)
     return text
 

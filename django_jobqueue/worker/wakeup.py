@@ -1,10 +1,9 @@
-"""Wake-ups: tell idle workers that a queue has a job, after the enqueue commits.
+"""Listening for wake-ups: the worker's side of :mod:`django_jobqueue.wakeups`.
 
-Polling alone finds every job; a wake-up only shortens the wait. On PostgreSQL a
-``NOTIFY`` on channel :data:`CHANNEL` carries the queue name (never the payload:
-NOTIFY payloads are capped at 8,000 bytes), sent from ``on_commit`` so a rolled-back
-job wakes nobody. Every backend also sets an in-process event, so foremen running
-in the enqueuing process wake at once.
+Writers send a wake-up after their job commits
+(:func:`~django_jobqueue.wakeups.notify_on_commit`): a PostgreSQL ``NOTIFY`` on
+:data:`CHANNEL` carrying the queue name, and the in-process :data:`local_event`.
+Here foremen listen for the first; they wait on the second when idle.
 """
 
 from __future__ import annotations
@@ -13,40 +12,14 @@ import logging
 import threading
 from collections.abc import Callable
 
-from django.db import DatabaseError, connections, transaction
+from django.db import connections
 
 from ..conf import get_config
+from ..wakeups import CHANNEL, local_event
 
-__all__ = ["CHANNEL", "listen", "local_event", "notify_on_commit"]
+__all__ = ["CHANNEL", "listen", "local_event"]
 
 logger = logging.getLogger(__name__)
-
-#: PostgreSQL channel of the wake-ups.
-CHANNEL = "django_jobqueue"
-
-#: Set whenever a job is committed in this process; foremen wait on it when idle.
-local_event = threading.Event()
-
-
-def notify_on_commit(using: str, queue: str) -> None:
-    """Wake idle workers of ``queue`` once the current transaction on ``using`` commits.
-
-    Outside a transaction the wake-up is sent at once.
-    """
-    transaction.on_commit(lambda: _notify(using, queue), using=using)
-
-
-def _notify(using: str, queue: str) -> None:
-    local_event.set()
-    conn = connections[using]
-    if conn.vendor != "postgresql" or not get_config().NOTIFY:
-        return
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, queue])
-    except DatabaseError:
-        # A lost wake-up only delays the job until the next poll.
-        pass
 
 
 def listen(using: str, on_wakeup: Callable[[str], None], stop: threading.Event) -> None:

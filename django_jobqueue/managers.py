@@ -1,0 +1,435 @@
+"""The managers of jobs and plans: a job is created only under its advisory locks.
+
+``Job.objects`` is a :class:`JobManager`: :meth:`JobManager.create_job` inserts a
+validated :class:`JobSpec` (built by :func:`django_jobqueue.enqueue.build_job`) in
+the caller's transaction on the jobs' database. A job with an id or a unique key is
+created under :func:`django_jobqueue.locks.creation_lock`:
+
+1. a cheap pre-check, without locks (seed 004 CheckDuplicateJob);
+2. the locks of its (queue, id) and (queue, unique key), in sorted order;
+3. a re-check of the holders, clearing any stale hold (an id past ``dedupe``/``keep``,
+   a unique key past its TTL);
+4. the insert. The unique indexes over (queue, hash) are the last line: an insert
+   that loses a race the locks let through (MySQL, caller's transaction held open)
+   fails there and is answered as the duplicate it is.
+
+A due job then wakes idle workers once the transaction commits
+(:func:`django_jobqueue.wakeups.notify_on_commit`).
+
+Django's own ``create()``, ``bulk_create()``, ``get_or_create()`` and
+``update_or_create()`` would make a job with none of that: on jobs they raise
+:class:`~django_jobqueue.exceptions.DirectCreateRefused`, which names
+``enqueue_job``. ``ScheduleJob.objects`` is a :class:`ScheduleJobManager`: plan
+creation and the guarded advance of a plan to its next tick.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, TypeVar
+
+from django.db import IntegrityError, connections, models, transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q
+
+from . import locks
+from .conf import get_config
+from .dbclock import Now
+from .exceptions import DirectCreateRefused, DuplicateJob, WrongDatabase
+from .wakeups import notify_on_commit
+
+__all__ = [
+    "CreateRefusingQuerySet",
+    "EnqueueResult",
+    "JobManager",
+    "JobSpec",
+    "ScheduleJobManager",
+    "check_transaction",
+    "hold_hash",
+    "hold_lock_names",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The model of a queryset or manager (Job, ScheduleJob); this module imports no model.
+_M = TypeVar("_M", bound=models.Model)
+
+#: Creations retried when the unique index refused an insert whose holder is gone.
+_INTEGRITY_RETRIES = 3
+#: Half the window of the guarded advance of a plan (see ScheduleJobManager.advance).
+_MS = timedelta(milliseconds=1)
+
+
+def hold_hash(text: str) -> str:
+    """Return the hex SHA-256 of ``text``'s UTF-8 bytes: the indexed form of a hold.
+
+    Comparing hashes compares ids byte for byte, whatever the database collation.
+    """
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EnqueueResult(dict[str, str]):
+    """The answer of an enqueue: ``{"status": "enqueued" | "deduplicated", "jid": ...}``.
+
+    A dict (seed 000's shape) with attribute access. ``jid`` of a deduplicated
+    enqueue is the jid of the job holding the unique key.
+    """
+
+    @property
+    def status(self) -> str:
+        """``"enqueued"`` or ``"deduplicated"``."""
+        return self["status"]
+
+    @property
+    def jid(self) -> str:
+        """The new job's jid, or the holder's when deduplicated."""
+        return self["jid"]
+
+    @property
+    def deduplicated(self) -> bool:
+        """Whether an identical job held the unique key and nothing was stored."""
+        return self["status"] == "deduplicated"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job, ready to insert; built by :func:`~django_jobqueue.enqueue.build_job`."""
+
+    using: str
+    queue: str
+    job_type: str
+    payload: Any
+    priority: int
+    max_retry: int
+    timeout_ms: int
+    secure: bool
+    #: Absolute run time, or None for "now plus ``delay``" by the database clock.
+    at: datetime | None
+    delay: timedelta
+    expires_ms: int | None
+    job_id: str | None
+    unique_key: str | None
+    unique_mode: str
+    unique_ttl_ms: int
+
+    @property
+    def due_now(self) -> bool:
+        """Whether the job is due as soon as it commits (no ``at``, no ``delay``)."""
+        return self.at is None and self.delay == timedelta(0)
+
+    def model_fields(self, jid: str) -> dict[str, Any]:
+        """Return the ``Job`` fields of this spec, times as database expressions."""
+        run_at: Any = self.at if self.at is not None else Now() + self.delay
+        return {
+            "jid": jid,
+            "queue": self.queue,
+            "job_type": self.job_type,
+            "payload": self.payload,
+            "priority": self.priority,
+            "max_retry": self.max_retry,
+            "timeout_ms": self.timeout_ms,
+            "secure": self.secure,
+            "run_at": run_at,
+            "expires_at": None
+            if self.expires_ms is None
+            else Now() + timedelta(milliseconds=self.expires_ms),
+            "job_id": self.job_id,
+            "job_id_hash": None if self.job_id is None else hold_hash(self.job_id),
+            "unique_key": self.unique_key,
+            "unique_key_hash": None if self.unique_key is None else hold_hash(self.unique_key),
+            "unique_mode": self.unique_mode if self.unique_key is not None else "",
+            "unique_expires_at": None
+            if self.unique_key is None
+            else Now() + timedelta(milliseconds=self.unique_ttl_ms),
+            # Not the columns' db_default (Django's Now, milliseconds on SQLite):
+            # the insert's one instant of the package's clock, as run_at's.
+            "created_at": Now(),
+            "updated_at": Now(),
+        }
+
+
+def hold_lock_names(
+    queue: str, *, job_id: str | None = None, unique_key: str | None = None
+) -> list[str]:
+    """Return the creation lock names of an id and a unique key on ``queue``."""
+    names = []
+    if job_id is not None:
+        names.append(f"id\x00{queue}\x00{hold_hash(job_id)}")
+    if unique_key is not None:
+        names.append(f"uk\x00{queue}\x00{hold_hash(unique_key)}")
+    return names
+
+
+def check_transaction(using: str) -> None:
+    """Refuse to write jobs on ``using`` while the caller's transaction is on another alias.
+
+    Raises
+    ------
+    WrongDatabase
+        If no transaction is open on ``using`` but one is open on another alias: the
+        job would not roll back with the caller's data.
+    """
+    if connections[using].in_atomic_block:
+        return
+    for conn in connections.all(initialized_only=True):
+        if conn.alias != using and conn.in_atomic_block:
+            raise WrongDatabase(
+                f"A transaction is open on database {conn.alias!r} but jobs are stored on "
+                f"{using!r}, so this job would not roll back with your data; open the "
+                f"transaction with transaction.atomic(using={using!r}) or set "
+                "JOBQUEUE['DATABASE']."
+            )
+
+
+def _refuse(what: str) -> NoReturn:
+    raise DirectCreateRefused(
+        f"Job.objects.{what}() would make a job without its creation lock, id and "
+        "unique-key holds, validation and wake-up; use django_jobqueue.enqueue_job() "
+        "(or a django_jobqueue.ids.Queue verb) instead."
+    )
+
+
+class CreateRefusingQuerySet(models.QuerySet[_M]):
+    """A queryset whose ``create()`` and ``bulk_create()`` raise ``DirectCreateRefused``.
+
+    ``get_or_create()`` and ``update_or_create()`` create through ``create()``: they
+    still find and update existing rows, and refuse only to make one.
+    """
+
+    def create(self, **kwargs: Any) -> NoReturn:
+        """Refuse: jobs are made by ``enqueue_job``.
+
+        Raises
+        ------
+        DirectCreateRefused
+            Always; nothing is written.
+        """
+        _refuse("create")
+
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> NoReturn:
+        """Refuse: jobs are made by ``enqueue_job``.
+
+        Raises
+        ------
+        DirectCreateRefused
+            Always; nothing is written.
+        """
+        _refuse("bulk_create")
+
+
+class JobManager(models.Manager[_M]):
+    """``Job.objects``: the states' query helpers, and creation under advisory locks."""
+
+    def create_job(self, spec: JobSpec, **hold_fields: Any) -> EnqueueResult:
+        """Insert the job of ``spec``, race-free when it carries an id or a unique key.
+
+        Parameters
+        ----------
+        spec:
+            The validated job (:func:`~django_jobqueue.enqueue.build_job`).
+        **hold_fields:
+            Further ``Job`` fields stored with it (``dedupe_ms``, ``keep_ms``).
+
+        Returns
+        -------
+        EnqueueResult
+            ``enqueued`` with the new jid, or ``deduplicated`` with the jid of the job
+            holding the unique key.
+
+        Raises
+        ------
+        DuplicateJob
+            If another job holds ``spec.job_id`` on its queue (seed 004 DUPLICATE_JOB).
+        LockTimeout
+            If a creation lock, or SQLite's write lock, was not had in time.
+        WrongDatabase
+            If the caller's transaction is open on another alias than the jobs'.
+
+        Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob; seed 000 unique jobs.
+        """
+        check_transaction(spec.using)
+        timeout_ms = get_config().LOCK_TIMEOUT_MS
+        return locks.retry_when_locked(
+            spec.using, self._create, spec, timeout_ms, hold_fields, timeout_ms=timeout_ms
+        )
+
+    def insert_held(self, spec: JobSpec, **hold_fields: Any) -> str:
+        """Insert the job of ``spec`` under the creation locks its caller holds; return its jid.
+
+        For the seed 002 verbs (:class:`django_jobqueue.ids.Queue`), which hold the
+        lock of (queue, id) from :func:`hold_lock_names` for the whole call, read the
+        id's holder and end a stale hold before they insert. A due job wakes idle
+        workers once the transaction commits.
+
+        Raises
+        ------
+        IntegrityError
+            If a live job holds the id after all (a creator the lock let through).
+
+        Implements: seed 004 JobStorage.InjectJob (the insert of a checked job).
+        """
+        jid = uuid.uuid4().hex
+        self._insert(spec, jid, hold_fields)
+        self._wake(spec)
+        return jid
+
+    # -- the create path -------------------------------------------------------
+
+    def _insert(self, spec: JobSpec, jid: str, hold_fields: dict[str, Any]) -> None:
+        # The one route into the table: Model.save, past the refused create().
+        self.model(**spec.model_fields(jid), **hold_fields).save(
+            force_insert=True, using=spec.using
+        )
+
+    def _wake(self, spec: JobSpec) -> None:
+        if spec.due_now:
+            notify_on_commit(spec.using, spec.queue)
+
+    def _create(self, spec: JobSpec, timeout_ms: int, hold_fields: dict[str, Any]) -> EnqueueResult:
+        jid = uuid.uuid4().hex
+        names = hold_lock_names(spec.queue, job_id=spec.job_id, unique_key=spec.unique_key)
+        if not names:
+            self._insert(spec, jid, hold_fields)
+            self._wake(spec)
+            return EnqueueResult(status="enqueued", jid=jid)
+        holder = self._live_holder(spec)  # seed 004 CheckDuplicateJob: cheap, lock-free
+        if holder is not None:
+            return _answer_holder(spec, holder)
+        for attempt in range(1, _INTEGRITY_RETRIES + 1):
+            try:
+                with locks.creation_lock(spec.using, names, timeout_ms=timeout_ms):
+                    holder = self._live_holder(spec)
+                    if holder is not None:
+                        # Leave by an exception: the savepoint rolls back, which frees a
+                        # PostgreSQL lock now rather than when the caller's transaction ends.
+                        raise _Held(holder)
+                    self._clear_stale_holds(spec)
+                    self._insert(spec, jid, hold_fields)
+            except _Held as held:
+                return _answer_holder(spec, held.holder)
+            except IntegrityError:
+                # The unique index caught a creator the locks let through: answer it.
+                holder = self._live_holder(spec)
+                if holder is not None:
+                    return _answer_holder(spec, holder)
+                # Its hold ended before we could see it (done, rolled back): try again.
+                if attempt == _INTEGRITY_RETRIES or connections[spec.using].needs_rollback:
+                    raise
+                logger.info("hold gone after a unique violation, retrying queue=%s", spec.queue)
+                continue
+            break
+        self._wake(spec)
+        return EnqueueResult(status="enqueued", jid=jid)
+
+    def _live_holder(self, spec: JobSpec) -> tuple[str, str] | None:
+        """Return ("id" | "unique_key", jid) of a live holder of spec's id or key, if any."""
+        id_held = Q(pk__in=[])
+        if spec.job_id is not None:
+            id_held = Q(job_id_hash=hold_hash(spec.job_id)) & (
+                Q(id_held_until__isnull=True) | Q(id_held_until__gt=Now())
+            )
+        key_held = Q(pk__in=[])
+        if spec.unique_key is not None:
+            key_held = Q(unique_key_hash=hold_hash(spec.unique_key), unique_expires_at__gt=Now())
+        # One query; which hold each row has is computed by the database, so a row whose
+        # id hold went stale while its unique key is live answers as the key's holder.
+        rows = (
+            self.using(spec.using)
+            .filter(id_held | key_held, queue=spec.queue)
+            .annotate(holds_id=ExpressionWrapper(id_held, output_field=BooleanField()))
+            .values_list("jid", "holds_id")
+        )
+        found = list(rows)
+        for jid, holds_id in found:
+            if holds_id:
+                return "id", jid
+        for jid, _holds_id in found:
+            return "unique_key", jid
+        return None
+
+    def _clear_stale_holds(self, spec: JobSpec) -> None:
+        jobs = self.using(spec.using).filter(queue=spec.queue)
+        if spec.job_id is not None:
+            jobs.filter(job_id_hash=hold_hash(spec.job_id), id_held_until__lte=Now()).update(
+                job_id_hash=None, updated_at=Now()
+            )
+        if spec.unique_key is not None:
+            jobs.filter(
+                unique_key_hash=hold_hash(spec.unique_key), unique_expires_at__lte=Now()
+            ).update(unique_key_hash=None, updated_at=Now())
+
+
+def _answer_holder(spec: JobSpec, holder: tuple[str, str]) -> EnqueueResult:
+    kind, jid = holder
+    if kind == "id":
+        raise DuplicateJob(
+            f"Job id {spec.job_id!r} is already held on queue {spec.queue!r} by job {jid}.",
+            holder_jid=jid,
+        )
+    logger.debug("deduplicated queue=%s type=%s holder=%s", spec.queue, spec.job_type, jid)
+    return EnqueueResult(status="deduplicated", jid=jid)
+
+
+class _Held(Exception):  # noqa: N818 - control flow, never leaves this module
+    """A live holder found under the creation lock: leave the lock's savepoint."""
+
+    def __init__(self, holder: tuple[str, str]) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+class ScheduleJobManager(models.Manager[_M]):
+    """``ScheduleJob.objects``: plan creation and the guarded advance to the next tick."""
+
+    def create_plan(self, using: str, **fields: Any) -> _M:
+        """Insert a plan in its own savepoint on ``using``; return it.
+
+        Parameters
+        ----------
+        using:
+            Database alias of the jobs.
+        **fields:
+            The ``ScheduleJob`` fields; ``name`` is required and unique.
+
+        Raises
+        ------
+        DuplicateJob
+            If a plan named ``fields["name"]`` exists already. Nothing is written.
+
+        Implements: seed 004 JobStorage.CreateScheduleJob.
+        """
+        name = fields["name"]
+        try:
+            with transaction.atomic(using=using):
+                return self.db_manager(using).create(**fields)
+        except IntegrityError as exc:
+            if not self.using(using).filter(name=name).exists():
+                raise
+            raise DuplicateJob(
+                f"A schedule named {name!r} exists already; choose another name or change it."
+            ) from exc
+
+    def advance(self, using: str, pk: int, read_at: datetime, **fields: Any) -> bool:
+        """Store ``fields`` on plan ``pk`` if its next run is still ``read_at``.
+
+        The guard is a window of +/- 1 ms around ``read_at`` (the ``schedule_at`` the
+        caller read), not equality: a ``schedule_at`` written with Django's own
+        ``Now()`` (an admin or a test, not :mod:`dbclock`) is SQLite text with 3
+        decimals, which never equals the 6-decimal parameter; the next tick is always
+        further away. ``updated_at`` is set by
+        the database clock.
+
+        Returns
+        -------
+        bool
+            True if this call moved the plan; False if another process did first.
+        """
+        advanced = (
+            self.using(using)
+            .filter(pk=pk, schedule_at__gt=read_at - _MS, schedule_at__lt=read_at + _MS)
+            .update(**fields, updated_at=Now())
+        )
+        return advanced == 1

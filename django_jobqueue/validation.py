@@ -1,0 +1,164 @@
+"""Checks of what a caller hands in: text, queue names, JSON payloads, delays, integers.
+
+Every check returns its value when every database (PostgreSQL, MariaDB, SQLite)
+stores it the same way, else raises the typed error of :mod:`.exceptions` whose
+message says what to change. Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from .durations import parse_duration
+from .exceptions import InvalidJobId, InvalidOption, InvalidPayload
+
+__all__ = [
+    "MAX_DELAY",
+    "MAX_ID_BYTES",
+    "MAX_INT",
+    "MAX_JSON_DEPTH",
+    "check_delay",
+    "check_json",
+    "check_positive_int",
+    "check_queue",
+    "check_text",
+    "text_problem",
+]
+
+#: Longest id (seed 002) and unique key, in bytes of UTF-8.
+MAX_ID_BYTES = 1024
+#: Deepest nesting of lists and objects in a payload or result: MariaDB's JSON
+#: columns refuse documents nested deeper than 31.
+MAX_JSON_DEPTH = 31
+#: Longest ``delay``: now plus it must stay a date every database stores (< year 10000).
+MAX_DELAY = timedelta(days=100 * 365)
+#: Largest integer option (priority and the ms options): a signed 32-bit column's.
+MAX_INT = 2_147_483_647
+
+
+def text_problem(value: str) -> str | None:
+    """Say why ``value`` cannot be stored as text on every database, else None.
+
+    Returns
+    -------
+    str or None
+        A phrase that completes "The <what> ..." (``"contains a NUL character, ..."``),
+        or None when PostgreSQL, MariaDB and SQLite all store ``value`` as given.
+    """
+    if "\x00" in value:
+        return "contains a NUL character, which PostgreSQL cannot store"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid UTF-8 text (it contains a lone surrogate)"
+    return None
+
+
+def check_text(value: Any, what: str) -> str:
+    """Return ``value`` if it is 1 to 1,024 bytes of UTF-8 without NUL, else raise.
+
+    Raises
+    ------
+    InvalidJobId
+        If ``value`` is not a string, is empty, is longer than 1,024 UTF-8 bytes,
+        contains a NUL character or a lone surrogate.
+    """
+    if not isinstance(value, str):
+        raise InvalidJobId(f"{what} must be a string: got {type(value).__name__}.")
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidJobId(f"{what} {problem}: got {value!r}; remove that character.")
+    size = len(value.encode("utf-8"))
+    if not 1 <= size <= MAX_ID_BYTES:
+        raise InvalidJobId(f"{what} must be 1 to {MAX_ID_BYTES} bytes of UTF-8: got {size} bytes.")
+    return value
+
+
+def check_queue(queue: Any) -> str:
+    """Return ``queue`` if it is a queue name every database stores, else raise.
+
+    Raises
+    ------
+    InvalidOption
+        If ``queue`` is not a string of 1 to 100 characters without NUL or lone
+        surrogates.
+    """
+    if not isinstance(queue, str) or not 0 < len(queue) <= 100:
+        raise InvalidOption(f"queue must be a name of 1 to 100 characters: got {queue!r}.")
+    problem = text_problem(queue)
+    if problem is not None:
+        raise InvalidOption(f"The queue name {problem}: got {queue!r}; remove that character.")
+    return queue
+
+
+def check_json(value: Any, what: str) -> Any:
+    """Return ``value`` if PostgreSQL, MariaDB and SQLite all store it as the same JSON.
+
+    JSON types only (no NaN or infinity), at most :data:`MAX_JSON_DEPTH` nested
+    lists and objects, and no string or key with a NUL character or a lone surrogate.
+
+    Raises
+    ------
+    InvalidPayload
+        If ``value`` is not such JSON; the message names ``what`` and the reason.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            texts = [item]
+        elif isinstance(item, dict | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                raise InvalidPayload(
+                    f"{what} nests lists and objects deeper than {MAX_JSON_DEPTH} levels, "
+                    "which MariaDB refuses; flatten it."
+                )
+            inner = list(item.values()) if isinstance(item, dict) else list(item)
+            stack.extend((child, depth + 1) for child in inner)
+            texts = [key for key in item if isinstance(key, str)] if isinstance(item, dict) else []
+        else:
+            continue
+        for text in texts:
+            problem = text_problem(text)
+            if problem is not None:
+                raise InvalidPayload(
+                    f"{what} has a string that {problem}: {text[:50]!r}; remove that character."
+                )
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"{what} is not JSON: {exc}.") from exc
+    return value
+
+
+def check_delay(delay: Any) -> timedelta:
+    """Parse ``delay`` (see :func:`~django_jobqueue.durations.parse_duration`), bounded.
+
+    Raises
+    ------
+    InvalidOption
+        If ``delay`` is not a duration, is negative, or is longer than 100 years.
+    """
+    parsed = parse_duration(delay, name="delay")
+    if parsed > MAX_DELAY:
+        raise InvalidOption(
+            f"delay must be at most {MAX_DELAY.days} days: got {delay!r}; use at= for a fixed date."
+        )
+    return parsed
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1, maximum: int = MAX_INT) -> int:
+    """Return ``value`` if it is an int (not a bool) from ``minimum`` to ``maximum``.
+
+    Raises
+    ------
+    InvalidOption
+        Otherwise; the message names the option ``name`` and the bounds.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidOption(
+            f"{name} must be an integer from {minimum} to {maximum}: got {value!r}."
+        )
+    return value
