@@ -66,7 +66,7 @@ def has_handler(logger: logging.Logger) -> bool:
             return True
         if not current.propagate:
             return False
-        current = current.parent  # type: ignore[assignment]
+        current = current.parent
     return False
 
 
