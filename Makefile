@@ -9,8 +9,10 @@ bootstrap:
 test:
 	scripts/test $(ARGS)
 
+# exec: no shell between make and the script, which a Ctrl-C or `timeout` would
+# kill at once while the script still stops the site and the workers.
 demo:
-	BURST=$(BURST) scripts/demo
+	exec env BURST="$(BURST)" scripts/demo
 
 # Only ruff: no database driver, so it needs no C headers either.
 lint:

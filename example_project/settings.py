@@ -8,6 +8,9 @@ django-environ:
 - ``JOBQUEUE_LICENCE_KEY``: a Pro licence key (optional; Core works without one).
 - ``EMAIL_BACKEND``: where mail goes (default: files in ``example_project/var/mail``;
   ``django.core.mail.backends.console.EmailBackend`` prints them). No network.
+- ``WORKERS_LOG``: the log file with tracebacks (default ``example_project/var/workers.log``;
+  the terminal gets one line per warning or error). ``JOBQUEUE_LOG_LEVEL``: the
+  ``django_jobqueue`` logger's level (default INFO).
 - ``DJANGO_DEBUG``, ``DJANGO_SECRET_KEY``, ``DJANGO_ALLOWED_HOSTS``.
 """
 
@@ -171,11 +174,33 @@ TASKS = {
     }
 }
 
+# Logging: the terminal gets one line per record at WARNING and above (a failed
+# attempt: time, level, jid, job type, attempt, error class and message);
+# WORKERS_LOG gets everything from INFO up (each job's start and end), tracebacks
+# included. scripts/demo empties it at the start of each run and names it.
+WORKERS_LOG = Path(env.str("WORKERS_LOG", default=str(VAR_DIR / "workers.log")))
+_LOG_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": "WARNING"},
+    "formatters": {
+        "one_line": {
+            "class": "django_jobqueue.worker.logsetup.OneLineFormatter",
+            "format": "%(asctime)s %(levelname)s %(message)s",
+            "datefmt": "%H:%M:%S",
+        },
+        "full": {"format": _LOG_FORMAT},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "one_line", "level": "WARNING"},
+        "workers_log": {
+            "class": "logging.FileHandler",
+            "filename": str(WORKERS_LOG),
+            "formatter": "full",
+            "encoding": "utf-8",
+            "delay": True,  # opened at the first record: most commands write none
+        },
+    },
+    "root": {"handlers": ["console", "workers_log"], "level": "WARNING"},
     "loggers": {"django_jobqueue": {"level": env.str("JOBQUEUE_LOG_LEVEL", default="INFO")}},
 }

@@ -283,3 +283,45 @@ def test_demo_summary__columns_say_what_they_count():
     assert any("every job in the demo database" in text for text in lines)
     assert any("delete example_project/var/" in text for text in lines)
     assert lines[-1].startswith("3 done, 2 retried (5 failed attempts), 1 dead")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_example_logging__one_line_per_failed_attempt_and_the_traceback_in_the_file(tmp_path):
+    """The demo's terminal: one line per failure; WORKERS_LOG: the traceback."""
+    import re
+
+    from django_jobqueue import enqueue_job
+    from tests.workers_helpers import run_workers
+
+    issue = Issue.objects.create(title="Issue 1", published=False)  # no announcement
+    for number in range(100):  # about 30 % are refused: find one refused at attempt 1
+        subscriber = Subscriber.objects.create(email=f"reader-{number}@example.com")
+        if jobs.relay_refuses(f"{issue.pk}:{subscriber.pk}", 1):
+            break
+    else:
+        pytest.fail("no subscriber's delivery is refused at attempt 1")
+    payload = {"issue_id": issue.pk, "subscriber_id": subscriber.pk}
+    jid = enqueue_job(None, jobs.deliver_issue.name, payload, max_retry=0)["jid"]
+    log = tmp_path / "workers.log"
+
+    proc = run_workers(
+        "--burst",
+        env={"DJANGO_SETTINGS_MODULE": "example_project.settings", "WORKERS_LOG": str(log)},
+    )
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failed = [line for line in proc.stderr.splitlines() if "job failed" in line]
+    assert len(failed) == 1, proc.stderr[-3000:]
+    assert re.fullmatch(
+        rf"\d\d:\d\d:\d\d ERROR job failed jid={jid} type=newsletter\.deliver_issue "
+        r"attempt=1 status=max_retry error=RelayUnavailable: The mail relay refused "
+        rf"issue {issue.pk} for {re.escape(subscriber.email)} \(attempt 1\)\.",
+        failed[0],
+    ), failed[0]
+    assert "Traceback" not in proc.stderr
+    text = log.read_text()
+    assert re.search(
+        rf"INFO \[\d+\] django_jobqueue\.worker\.executor: job started jid={jid} ", text
+    )
+    assert "Traceback (most recent call last):" in text
+    assert f"RelayUnavailable: The mail relay refused issue {issue.pk}" in text

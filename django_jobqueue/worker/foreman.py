@@ -420,6 +420,14 @@ class Foreman:
         job = self._claim(worker)
         if job is None:
             return False
+        logger.debug(
+            "job claimed jid=%s type=%s queue=%s attempt=%s worker=%s",
+            job.jid,
+            job.job_type,
+            job.queue,
+            job.attempt,
+            worker,
+        )
         self.governor.found_job()
         if self.governor.workers < self.concurrency:
             self._kick()

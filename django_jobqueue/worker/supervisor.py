@@ -23,6 +23,8 @@ from typing import Any
 
 from django.db import connections
 
+from .logsetup import add_default_handler
+
 __all__ = ["Supervisor"]
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,9 @@ def _child_main(options: dict[str, Any], log_level: int) -> None:
         conn.connection = None
     connections.close_all()
     logging.getLogger("django_jobqueue").setLevel(log_level)
+    # A forked child inherits the parent's handlers; a spawned one configured the
+    # project's LOGGING afresh in django.setup() and may need the default handler.
+    add_default_handler()
 
     from .foreman import Foreman, ForemanOptions
 

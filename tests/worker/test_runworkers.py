@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -12,6 +13,7 @@ from django.db import connection, transaction
 
 from django_jobqueue import enqueue_job
 from django_jobqueue.models import Job, JobStatus
+from tests.settings_own_logging import OWN_FORMAT
 from tests.testapp.models import RunRecord
 from tests.workers_helpers import run_workers
 
@@ -156,3 +158,102 @@ def test_lease_below_one_second__is_a_command_error():
 def test_min_sleep_above_max_sleep__is_a_command_error():
     with pytest.raises(CommandError, match="--min-sleep"):
         call_command("runworkers", "--min-sleep", "500", "--max-sleep", "100", "--burst")
+
+
+# Logging ------------------------------------------------------------------------
+
+#: A line of runworkers' default handler: time, level, [pid], logger name, message.
+DEFAULT_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \[(?P<pid>\d+)\] "
+    r"(?P<logger>django_jobqueue(?:\.[\w.]+)?): (?P<message>.+)$"
+)
+DEFAULT_LOGGING = {"DJANGO_SETTINGS_MODULE": "tests.settings_default_logging"}
+
+
+def log_lines(stderr: str) -> list[re.Match[str]]:
+    return [m for line in stderr.splitlines() if (m := DEFAULT_LINE.match(line))]
+
+
+def run_burst(*args: str, env: dict[str, str]) -> tuple[int, int, str]:
+    """Run ``runworkers --burst *args``; return (exit code, pid, stderr)."""
+    proc = run_workers("--burst", *args, env=env, wait=False)
+    try:
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, proc.pid, err
+
+
+def test_default_logging__each_line_has_time_level_pid_and_logger_name():
+    """Django's default LOGGING has no handler for django_jobqueue: runworkers adds one."""
+    jid = enqueue_job(None, "worker.fatal", {})["jid"]
+    code, pid, err = run_burst(env=DEFAULT_LOGGING)
+    assert code == 0, err[-3000:]
+    lines = log_lines(err)
+    started = [m for m in lines if m["message"].startswith("foreman started name=")]
+    assert len(started) == 1, err[-3000:]
+    assert started[0]["level"] == "INFO"
+    assert started[0]["logger"] == "django_jobqueue.worker.foreman"
+    assert int(started[0]["pid"]) == pid
+    (failed,) = [m for m in lines if m["message"].startswith("job failed")]
+    assert failed["level"] == "ERROR"
+    assert failed["message"] == (f"job failed jid={jid} type=worker.fatal attempt=1 status=error")
+    # The default handler keeps the traceback, under its line.
+    assert "NonRetryableError: bad input, do not retry" in err
+    # -v 1: no per-claim debug lines.
+    assert not [m for m in lines if m["level"] == "DEBUG"]
+
+
+def test_default_logging__verbosity_2_adds_a_debug_line_per_claim():
+    jids = [enqueue_job(None, "worker.record", {"label": str(i)})["jid"] for i in range(2)]
+    proc = run_workers("--burst", "--verbosity", "2", env=DEFAULT_LOGGING)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    claimed = {
+        m["message"].split()[2]: m
+        for m in log_lines(proc.stderr)
+        if m["message"].startswith("job claimed ")
+    }
+    assert set(claimed) == {f"jid={jid}" for jid in jids}, proc.stderr[-3000:]
+    for match in claimed.values():
+        assert match["level"] == "DEBUG"
+        assert match["logger"] == "django_jobqueue.worker.foreman"
+        assert re.fullmatch(
+            r"job claimed jid=\w+ type=worker\.record queue=default attempt=1 worker=\S+",
+            match["message"],
+        ), match["message"]
+
+
+def test_default_logging__verbosity_0_shows_warnings_and_errors_only():
+    enqueue_job(None, "worker.fatal", {})
+    proc = run_workers("--burst", "--verbosity", "0", env=DEFAULT_LOGGING)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    levels = {m["level"] for m in log_lines(proc.stderr)}
+    assert levels == {"ERROR"}, proc.stderr[-3000:]
+
+
+def test_default_logging__processes_children_log_in_the_same_format():
+    code, pid, err = run_burst("--processes", "2", env=DEFAULT_LOGGING)
+    assert code == 0, err[-3000:]
+    started = [m for m in log_lines(err) if m["message"].startswith("foreman started name=")]
+    pids = {int(m["pid"]) for m in started}
+    assert len(started) == 2, err[-3000:]
+    assert len(pids) == 2
+    assert pid not in pids  # the children's own lines
+
+
+def test_project_logging__its_own_handler_and_format_win():
+    enqueue_job(None, "worker.fatal", {})
+    proc = run_workers("--burst", env={"DJANGO_SETTINGS_MODULE": "tests.settings_own_logging"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    prefix = OWN_FORMAT.split("%", 1)[0]
+    own = [line for line in proc.stderr.splitlines() if line.startswith(prefix)]
+    assert "own-format|INFO|django_jobqueue.worker.foreman|foreman started name=" in (
+        "\n".join(own)
+    ), proc.stderr[-3000:]
+    assert any(
+        line.startswith("own-format|ERROR|django_jobqueue.worker.executor|job failed")
+        for line in own
+    )
+    assert log_lines(proc.stderr) == []  # no line in the default format, none twice

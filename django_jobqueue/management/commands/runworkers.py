@@ -1,13 +1,15 @@
 """``manage.py runworkers``: run foremen that claim and run jobs (seed 004 Foreman).
 
 The command only parses and wires: the loops live in
-:mod:`django_jobqueue.worker.foreman` and :mod:`django_jobqueue.worker.supervisor`.
+:mod:`django_jobqueue.worker.foreman` and :mod:`django_jobqueue.worker.supervisor`,
+the logging set-up (a default handler when the project's ``LOGGING`` has none for
+``django_jobqueue``; the level from ``--verbosity``) in
+:mod:`django_jobqueue.worker.logsetup`.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -15,9 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...conf import get_config
 from ...exceptions import ImproperlyConfiguredJobQueue
 from ...worker.foreman import Foreman, ForemanOptions
+from ...worker.logsetup import runworkers_logging
 from ...worker.supervisor import Supervisor
-
-_LEVELS = {0: logging.WARNING, 1: logging.INFO}
 
 
 def _positive_int(text: str) -> int:
@@ -168,11 +169,6 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--min-sleep ({low} ms) must be >= 1 and at most --max-sleep ({high} ms)."
             )
-        level = _LEVELS.get(verbosity, logging.DEBUG)
-        jq_logger = logging.getLogger("django_jobqueue")
-        jq_logger.setLevel(level)
-        if not jq_logger.handlers and not logging.getLogger().handlers:
-            jq_logger.addHandler(logging.StreamHandler(self.stderr._out))
         foreman_options: dict[str, Any] = {
             "using": database,
             "queues": tuple(queues) if queues else None,
@@ -186,16 +182,18 @@ class Command(BaseCommand):
             "shutdown_timeout_ms": shutdown_timeout,
             "burst": burst,
         }
-        try:
-            if processes == 1:
-                stats = Foreman(ForemanOptions(**foreman_options)).run()
-                if verbosity:
-                    summary = " ".join(f"{k}={v}" for k, v in sorted(stats.items()))
-                    self.stdout.write(f"runworkers finished: {summary or 'no jobs'}")
-                return
-            code = Supervisor(processes, foreman_options, log_level=level).run()
-        except ImproperlyConfiguredJobQueue as exc:
-            raise CommandError(str(exc)) from exc
+        # Without a handler in the project's LOGGING, lines get time, level, pid, logger.
+        with runworkers_logging(verbosity, self.stderr._out) as level:
+            try:
+                if processes == 1:
+                    stats = Foreman(ForemanOptions(**foreman_options)).run()
+                    if verbosity:
+                        summary = " ".join(f"{k}={v}" for k, v in sorted(stats.items()))
+                        self.stdout.write(f"runworkers finished: {summary or 'no jobs'}")
+                    return
+                code = Supervisor(processes, foreman_options, log_level=level).run()
+            except ImproperlyConfiguredJobQueue as exc:
+                raise CommandError(str(exc)) from exc
         if code:
             raise CommandError(
                 "A burst worker process kept crashing; see the log above for its error."

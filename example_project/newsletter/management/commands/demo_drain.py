@@ -37,7 +37,8 @@ class Command(BaseCommand):
         "Run 'manage.py runworkers --burst' (a real worker process) again and again until "
         "no job is running or due within 30 s, retries included: a burst exits once "
         "nothing is due, and a retry's backoff may not have passed yet. Fails after "
-        "--timeout seconds. The workers' log goes to --log."
+        "--timeout seconds. The workers' output goes to this command's terminal; "
+        "LOGGING (settings.py) also writes it, tracebacks included, to WORKERS_LOG."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -54,60 +55,54 @@ class Command(BaseCommand):
             help="Seconds a burst may keep running once nothing is pending before it is "
             "stopped with SIGTERM (default %(default)r).",
         )
-        parser.add_argument(
-            "--log",
-            type=Path,
-            default=Path(settings.BASE_DIR) / "example_project" / "var" / "workers.log",
-            help="File the workers' output is appended to (default: %(default)s).",
-        )
 
-    def handle(
-        self, *args: Any, timeout: float, idle_grace: float, log: Path, **options: Any
-    ) -> None:
-        log.parent.mkdir(parents=True, exist_ok=True)
+    def handle(self, *args: Any, timeout: float, idle_grace: float, **options: Any) -> None:
+        log = Path(settings.WORKERS_LOG)
+        if log.is_relative_to(settings.BASE_DIR):  # shown as scripts/demo's banner does
+            log = log.relative_to(settings.BASE_DIR)
         command = [
             sys.executable,
             str(Path(settings.BASE_DIR) / "manage.py"),
             "runworkers",
             "--burst",
-            "-v",
-            "0",
         ]
         deadline = time.monotonic() + timeout
         rounds = 0
-        with log.open("a") as out:
-            while True:
-                rounds += 1
-                out.write(f"--- demo_drain: burst round {rounds}: {' '.join(command)}\n")
-                out.flush()
-                worker = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603
-                idle_since: float | None = None
-                while worker.poll() is None:
-                    time.sleep(0.5)
-                    if time.monotonic() > deadline:
-                        worker.terminate()
-                        worker.wait()
-                        raise CommandError(self._late(timeout, log))
-                    if any(pending()):
-                        idle_since = None
-                    elif idle_since is None:
-                        idle_since = time.monotonic()
-                    elif time.monotonic() - idle_since > idle_grace:
-                        # Nothing left, but the burst did not exit on its own: stop it.
-                        out.write("--- demo_drain: nothing pending; stopping the burst\n")
-                        out.flush()
-                        worker.terminate()
-                        worker.wait()
-                if worker.returncode not in (0, -15):
-                    raise CommandError(
-                        f"runworkers --burst exited with code {worker.returncode}; see {log}."
-                    )
-                if not any(pending()):
-                    break
+        while True:
+            rounds += 1
+            if rounds > 1:
+                self.stderr.write(f"demo_drain: burst round {rounds} (retries now due)")
+            # The worker writes to this terminal: one line per failed attempt (LOGGING).
+            worker = subprocess.Popen(command)  # noqa: S603
+            idle_since: float | None = None
+            while worker.poll() is None:
+                time.sleep(0.5)
                 if time.monotonic() > deadline:
+                    worker.terminate()
+                    worker.wait()
                     raise CommandError(self._late(timeout, log))
-                time.sleep(0.3)
-        self.stdout.write(f"demo_drain: workload done after {rounds} burst round(s); log: {log}")
+                if any(pending()):
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > idle_grace:
+                    # Nothing left, but the burst did not exit on its own: stop it.
+                    self.stderr.write("demo_drain: nothing pending; stopping the burst")
+                    worker.terminate()
+                    worker.wait()
+            if worker.returncode not in (0, -15):
+                raise CommandError(
+                    f"runworkers --burst exited with code {worker.returncode}; see {log}."
+                )
+            if not any(pending()):
+                break
+            if time.monotonic() > deadline:
+                raise CommandError(self._late(timeout, log))
+            time.sleep(0.3)
+        self.stdout.write(
+            f"demo_drain: workload done after {rounds} burst round(s); "
+            f"full log with tracebacks: {log}"
+        )
 
     @staticmethod
     def _late(timeout: float, log: Path) -> str:
