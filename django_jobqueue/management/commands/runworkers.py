@@ -10,7 +10,7 @@ the logging set-up (a default handler when the project's ``LOGGING`` has none fo
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import IO, Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -183,7 +183,7 @@ class Command(BaseCommand):
             "burst": burst,
         }
         # Without a handler in the project's LOGGING, lines get time, level, pid, logger.
-        with runworkers_logging(verbosity, self.stderr._out) as level:
+        with runworkers_logging(verbosity, cast("IO[str]", self.stderr._out)) as level:
             try:
                 if processes == 1:
                     stats = Foreman(ForemanOptions(**foreman_options)).run()
