@@ -119,17 +119,19 @@ def from_jobqueue_error(
     return GatewayError(code, str(exc), field=field, headers=headers, extra=extra)
 
 
-def _field_of_loc(loc: Any) -> tuple[str | None, bool]:
-    """Return (the field named by a ninja error location, whether it is in the body)."""
+def _field_of_loc(loc: Any) -> tuple[str | None, bool, int | None]:
+    """Return (the field a ninja error location names, whether it is in the body, the
+    index of a batch's job)."""
     parts = list(loc) if isinstance(loc, list | tuple) else [loc]
     source = parts[0] if parts else ""
     rest = parts[1:]
     if source == "body" and rest:
         rest = rest[1:]  # the route's body argument, such as "spec"
+    index = rest[1] if len(rest) > 1 and rest[0] == "jobs" and isinstance(rest[1], int) else None
     name = ""
     for part in rest:
         name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
-    return name or None, source == "body"
+    return name or None, source == "body", index
 
 
 def respond(api: NinjaAPI, request: HttpRequest, error: GatewayError) -> HttpResponse:
@@ -152,16 +154,16 @@ def install_handlers(api: NinjaAPI) -> None:
 
     def validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         first = exc.errors[0] if exc.errors else {}
-        field, in_body = _field_of_loc(first.get("loc", ()))
-        message = str(first.get("msg", "invalid"))
+        field, in_body, index = _field_of_loc(first.get("loc", ()))
+        extra: dict[str, Any] = {"reason": "invalid_request"}
+        if index is not None:
+            extra["index"] = index
         error = GatewayError(
             "invalid_request" if in_body else "bad_request",
-            f"{field or 'the request'}: {message}",
+            f"{field or 'the request'}: {first.get('msg', 'invalid')}",
             field=field,
-            extra={"reason": "invalid_request"},
+            extra=extra,
         )
-        if not in_body:
-            error.code = "bad_request"
         return respond(api, request, error)
 
     def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:

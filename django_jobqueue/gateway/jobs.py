@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja import Router
+from ninja import Router, Status
 
 from .. import maintenance
 from ..conf import get_config
@@ -134,7 +134,7 @@ def _refusal(exc: JobQueueError, index: int | None = None) -> GatewayError:
     summary="Enqueue one job",
     operation_id="enqueue",
 )
-def enqueue(request: HttpRequest, spec: JobIn) -> tuple[int, Any]:
+def enqueue(request: HttpRequest, spec: JobIn) -> Any:
     """Enqueue one job: 201 ``enqueued``, or 200 ``deduplicated`` with the holder's jid."""
     require(request, "produce")
     try:
@@ -146,7 +146,7 @@ def enqueue(request: HttpRequest, spec: JobIn) -> tuple[int, Any]:
         result = create_job(job)
     except JobQueueError as exc:
         raise _refusal(exc) from exc
-    return (201 if result.status == "enqueued" else 200), dict(result)
+    return Status(201 if result.status == "enqueued" else 200, dict(result))
 
 
 @router.post(
@@ -155,7 +155,7 @@ def enqueue(request: HttpRequest, spec: JobIn) -> tuple[int, Any]:
     summary="Enqueue up to MAX_BATCH jobs, all or nothing",
     operation_id="enqueue_batch",
 )
-def enqueue_batch(request: HttpRequest, batch: BatchIn) -> tuple[int, Any]:
+def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
     """Enqueue every job or none: the first refused job (by index) refuses the batch.
 
     A deduplicated job is an answer in its slot. A Pro-gated job without a licence
@@ -186,7 +186,7 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> tuple[int, Any]:
                 results.append(dict(create_job(job)))
     except JobQueueError as exc:
         raise _refusal(exc, index) from exc
-    return 200, {"results": results}
+    return {"results": results}
 
 
 def find_job(request: HttpRequest, jid: str, scope: str) -> Job:
@@ -233,10 +233,10 @@ def _last_error(job: Job) -> dict[str, Any] | None:
 @router.get(
     "/jobs/{jid}", response={200: JobOut, **ERRORS}, summary="Read a job", operation_id="get_job"
 )
-def get_job(request: HttpRequest, jid: str) -> tuple[int, Any]:
+def get_job(request: HttpRequest, jid: str) -> Any:
     """A job's state, attempts, times, result or last error (not a secure one's data)."""
     job = find_job(request, jid, "read")
-    return 200, {
+    return {
         "jid": job.jid,
         "queue": job.queue,
         "job_type": job.job_type,
@@ -265,11 +265,11 @@ def get_job(request: HttpRequest, jid: str) -> tuple[int, Any]:
     summary="Cancel a waiting job, or ask a running one to stop",
     operation_id="cancel_job",
 )
-def cancel_job(request: HttpRequest, jid: str) -> tuple[int, Any]:
+def cancel_job(request: HttpRequest, jid: str) -> Any:
     """``cancelled``: it was waiting and is now cancelled; ``cancel_requested``: it runs."""
     job = find_job(request, jid, "produce")
     counts = maintenance.cancel_jobs(Job.objects.using(job._state.db).filter(pk=job.pk))
-    return 200, {
+    return {
         "cancelled": counts.cancelled > 0,
         "cancel_requested": counts.requested > 0
         or (job.status == JobStatus.PROCESSING and job.cancel_requested),
@@ -282,8 +282,8 @@ def cancel_job(request: HttpRequest, jid: str) -> tuple[int, Any]:
     summary="Run a dead letter again, or a scheduled job now",
     operation_id="retry_job",
 )
-def retry_job(request: HttpRequest, jid: str) -> tuple[int, Any]:
+def retry_job(request: HttpRequest, jid: str) -> Any:
     """A dead letter starts again from attempt one; a scheduled job becomes due now."""
     job = find_job(request, jid, "admin")
     counts = maintenance.retry_jobs(Job.objects.using(job._state.db).filter(pk=job.pk))
-    return 200, {"retried": counts.total > 0}
+    return {"retried": counts.total > 0}

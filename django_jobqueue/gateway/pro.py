@@ -54,7 +54,7 @@ def _checked_queue(request: HttpRequest, queue: str) -> None:
     summary="Who holds which unique key (Pro)",
     operation_id="unique_locks",
 )
-def unique_locks(request: HttpRequest, filters: Query[LocksQuery]) -> tuple[int, Any]:
+def unique_locks(request: HttpRequest, filters: Query[LocksQuery]) -> Any:
     """Held keys of the queues this token may see, by job, with mode and expiry."""
     require_pro("the gateway's unique-locks route")
     require(request, "admin")
@@ -89,7 +89,7 @@ def unique_locks(request: HttpRequest, filters: Query[LocksQuery]) -> tuple[int,
         for row in rows
         if queue_allowed(token, row.queue)
     ]
-    return 200, {"locks": locks, "next": str(rows[-1].pk) if more and rows else None}
+    return {"locks": locks, "next": str(rows[-1].pk) if more and rows else None}
 
 
 @router.delete(
@@ -98,7 +98,7 @@ def unique_locks(request: HttpRequest, filters: Query[LocksQuery]) -> tuple[int,
     summary="Release a held unique key (Pro)",
     operation_id="unique_lock_release",
 )
-def release_unique_lock(request: HttpRequest, queue: str, key: str) -> tuple[int, Any]:
+def release_unique_lock(request: HttpRequest, queue: str, key: str) -> Any:
     """``released`` false when no job holds the key."""
     require_pro("the gateway's unique-locks route")
     _checked_queue(request, queue)
@@ -111,7 +111,7 @@ def release_unique_lock(request: HttpRequest, queue: str, key: str) -> tuple[int
     released = bool(jid) and bool(
         holders.filter(jid=jid).update(unique_key_hash=None, updated_at=Now())
     )
-    return 200, {"released": released, "jid": jid}
+    return {"released": released, "jid": jid}
 
 
 @router.post(
@@ -120,7 +120,7 @@ def release_unique_lock(request: HttpRequest, queue: str, key: str) -> tuple[int
     summary="Retry or cancel every job matching a filter (Pro)",
     operation_id="jobs_bulk",
 )
-def bulk(request: HttpRequest, body: BulkIn) -> tuple[int, Any]:
+def bulk(request: HttpRequest, body: BulkIn) -> Any:
     """Retry (dead letters and scheduled jobs) or cancel (waiting and running ones)."""
     require_pro("the gateway's bulk route")
     _checked_queue(request, body.queue)
@@ -143,4 +143,4 @@ def bulk(request: HttpRequest, body: BulkIn) -> tuple[int, Any]:
     else:
         cancelled = maintenance.cancel_jobs(jobs)
         detail = {"cancelled": cancelled.cancelled, "requested": cancelled.requested}
-    return 200, {"action": body.action, "changed": sum(detail.values()), "detail": detail}
+    return {"action": body.action, "changed": sum(detail.values()), "detail": detail}

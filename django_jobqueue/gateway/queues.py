@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 from pydantic import ConfigDict, Field
 
 from ..enqueue import check_queue, check_text
@@ -97,13 +97,13 @@ def _secure_jids(queue: str, jids: list[str]) -> set[str]:
     summary="Add a job unless its id is taken",
     operation_id="id_add",
 )
-def id_add(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> tuple[int, Any]:  # noqa: A002
+def id_add(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  # noqa: A002
     """201 ``{"added": true}``, or 200 ``{"added": false}`` when a job holds the id."""
     _checked(request, "produce", queue, id)
     added = _call(
         None, _handle(queue, body.job_type).add, body.value, id=id, at=body.at, delay=body.delay
     )
-    return (201 if added else 200), {"added": added}
+    return Status(201 if added else 200, {"added": added})
 
 
 @router.post(
@@ -112,11 +112,11 @@ def id_add(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> tuple[
     summary="Make the id's job run with this value, whatever its state",
     operation_id="id_set",
 )
-def id_set(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> tuple[int, Any]:  # noqa: A002
+def id_set(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  # noqa: A002
     """Always ``{"set": true}``: added, replaced, rerun or restarted (seed 002's table)."""
     _checked(request, "produce", queue, id)
     _call(None, _handle(queue, body.job_type).set, id, body.value, at=body.at, delay=body.delay)
-    return 200, {"set": True}
+    return {"set": True}
 
 
 @router.post(
@@ -125,13 +125,13 @@ def id_set(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> tuple[
     summary="Change a scheduled or waiting job's value and time",
     operation_id="id_update",
 )
-def id_update(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> tuple[int, Any]:  # noqa: A002
+def id_update(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  # noqa: A002
     """``{"updated": false}`` when there is none, or it runs, failed or is done."""
     _checked(request, "produce", queue, id)
     updated = _call(
         None, _handle(queue, body.job_type).update, id, body.value, at=body.at, delay=body.delay
     )
-    return 200, {"updated": updated}
+    return {"updated": updated}
 
 
 @router.post(
@@ -140,10 +140,10 @@ def id_update(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> tup
     summary="Remove the id's waiting or failed job, or stop its running one",
     operation_id="id_cancel",
 )
-def id_cancel(request: HttpRequest, queue: str, id: str) -> tuple[int, Any]:  # noqa: A002
+def id_cancel(request: HttpRequest, queue: str, id: str) -> Any:  # noqa: A002
     """``{"cancelled": false}`` when there was none, or it is done."""
     _checked(request, "produce", queue, id)
-    return 200, {"cancelled": _call("id", _handle(queue, None).cancel, id)}
+    return {"cancelled": _call("id", _handle(queue, None).cancel, id)}
 
 
 @router.get(
@@ -152,13 +152,13 @@ def id_cancel(request: HttpRequest, queue: str, id: str) -> tuple[int, Any]:  # 
     summary="The job that holds the id",
     operation_id="id_get",
 )
-def id_get(request: HttpRequest, queue: str, id: str) -> tuple[int, Any]:  # noqa: A002
+def id_get(request: HttpRequest, queue: str, id: str) -> Any:  # noqa: A002
     """The job (value and result null for a secure job type), or 404 when the id is free."""
     _checked(request, "read", queue, id)
     view = _call("id", _handle(queue, None).get, id)
     if view is None:
         raise GatewayError("not_found", f"No job holds id {id!r} on queue {queue!r}.", field="id")
-    return 200, _view(view, bool(_secure_jids(queue, [view.jid])))
+    return _view(view, bool(_secure_jids(queue, [view.jid])))
 
 
 @router.get(
@@ -167,7 +167,7 @@ def id_get(request: HttpRequest, queue: str, id: str) -> tuple[int, Any]:  # noq
     summary="One page of the queue's jobs",
     operation_id="list_jobs",
 )
-def list_jobs(request: HttpRequest, queue: str, filters: Query[ListQuery]) -> tuple[int, Any]:
+def list_jobs(request: HttpRequest, queue: str, filters: Query[ListQuery]) -> Any:
     """Oldest first (``state=failed``: latest failure first); pass ``next`` as ``cursor``."""
     _checked(request, "read", queue)
     page = _call(
@@ -179,7 +179,7 @@ def list_jobs(request: HttpRequest, queue: str, filters: Query[ListQuery]) -> tu
         after=filters.cursor,
     )
     secure = _secure_jids(queue, [view.jid for view in page.jobs])
-    return 200, {
+    return {
         "jobs": [_view(view, view.jid in secure) for view in page.jobs],
         "next": page.next,
     }

@@ -140,7 +140,7 @@ def _seen(using: str, name: str, **changes: Any) -> None:
     summary="Register a worker process",
     operation_id="worker_register",
 )
-def register(request: HttpRequest, body: RegisterIn) -> tuple[int, Any]:
+def register(request: HttpRequest, body: RegisterIn) -> Any:
     """Store (or refresh) the worker under its name; answer the lease and heartbeat."""
     require(request, "work", body.queues)
     using = jobs_database()
@@ -162,7 +162,7 @@ def register(request: HttpRequest, body: RegisterIn) -> tuple[int, Any]:
     if not Worker.objects.using(using).filter(name=body.name).update(**fields):
         Worker.objects.using(using).update_or_create(name=body.name, defaults=fields)
     config = get_config()
-    return 200, {
+    return {
         "name": body.name,
         "lease_ms": config.LEASE_MS,
         "heartbeat_ms": config.HEARTBEAT_MS,
@@ -176,7 +176,7 @@ def register(request: HttpRequest, body: RegisterIn) -> tuple[int, Any]:
     summary="Claim due jobs, waiting up to wait_ms for one",
     operation_id="worker_claim",
 )
-def claim(request: HttpRequest, body: ClaimIn) -> tuple[int, Any]:
+def claim(request: HttpRequest, body: ClaimIn) -> Any:
     """Up to ``limit`` jobs of ``queues`` (and ``job_types``), each with a lease token.
 
     Long-polls up to ``wait_ms`` (at most 30 s) when none is due: woken by NOTIFY on
@@ -198,7 +198,7 @@ def claim(request: HttpRequest, body: ClaimIn) -> tuple[int, Any]:
             waiting.wait(since, min(poll_s, left))
     if body.worker:
         _seen(using, body.worker)
-    return 200, {"jobs": [_claimed(job) for job in jobs]}
+    return {"jobs": [_claimed(job) for job in jobs]}
 
 
 def _held(request: HttpRequest, jid: str, lease_token: str) -> Job:
@@ -235,7 +235,7 @@ def _finished(job: Job, status: str) -> None:
     summary="Extend a claimed job's lease",
     operation_id="worker_heartbeat",
 )
-def heartbeat(request: HttpRequest, jid: str, body: HeartbeatIn) -> tuple[int, Any]:
+def heartbeat(request: HttpRequest, jid: str, body: HeartbeatIn) -> Any:
     """``cancel_requested``: stop the handler and report the job ``cancelled``."""
     job = _held(request, jid, body.lease_token)
     alive, cancel = storage.heartbeat([job], lease_ms=body.lease_ms)
@@ -243,7 +243,7 @@ def heartbeat(request: HttpRequest, jid: str, body: HeartbeatIn) -> tuple[int, A
         raise _lease_lost(job)
     if job.lease_owner.startswith(OWNER_MARK):
         _seen(job._state.db, job.lease_owner[len(OWNER_MARK) :])
-    return 200, {"cancel_requested": job.pk in cancel}
+    return {"cancel_requested": job.pk in cancel}
 
 
 @router.post(
@@ -252,7 +252,7 @@ def heartbeat(request: HttpRequest, jid: str, body: HeartbeatIn) -> tuple[int, A
     summary="Store a job's success and result",
     operation_id="worker_complete",
 )
-def complete(request: HttpRequest, jid: str, body: CompleteIn) -> tuple[int, Any]:
+def complete(request: HttpRequest, jid: str, body: CompleteIn) -> Any:
     """``done`` (or ``init`` when a seed 002 ``set`` asked for one run more)."""
     job = _held(request, jid, body.lease_token)
     from ..enqueue import check_json
@@ -268,7 +268,7 @@ def complete(request: HttpRequest, jid: str, body: CompleteIn) -> tuple[int, Any
     status = Job.objects.using(job._state.db).filter(pk=job.pk).values_list("status", flat=True)
     stored = status.first() or JobStatus.DONE
     _finished(job, JobStatus.DONE)
-    return 200, {"status": stored}
+    return {"status": stored}
 
 
 @router.post(
@@ -277,7 +277,7 @@ def complete(request: HttpRequest, jid: str, body: CompleteIn) -> tuple[int, Any
     summary="Store a failed attempt (retried with backoff unless retry is false)",
     operation_id="worker_fail",
 )
-def fail(request: HttpRequest, jid: str, body: FailIn) -> tuple[int, Any]:
+def fail(request: HttpRequest, jid: str, body: FailIn) -> Any:
     """``retry`` (backoff), ``max_retry`` or ``error`` (dead letters), ``cancelled``."""
     job = _held(request, jid, body.lease_token)
     if body.cancelled:
@@ -290,4 +290,4 @@ def fail(request: HttpRequest, jid: str, body: FailIn) -> tuple[int, Any]:
         if status is None:
             raise _lease_lost(job)
     _finished(job, str(status))
-    return 200, {"status": str(status)}
+    return {"status": str(status)}
