@@ -21,7 +21,16 @@ from ..ids import JobView, Queue
 from ..models import Job
 from .auth import require
 from .errors import GatewayError, from_jobqueue_error
-from .schemas import ERRORS, IdAnswerOut, IdJobOut, IdValueIn, PageOut
+from .schemas import (
+    ERRORS,
+    AddedOut,
+    CancelledOut,
+    IdJobOut,
+    IdValueIn,
+    PageOut,
+    SetOut,
+    UpdatedOut,
+)
 
 __all__ = ["router"]
 
@@ -52,8 +61,8 @@ def _checked(request: HttpRequest, scope: str, queue: str, job_id: str | None = 
 
 #: Words of an ``ids`` error message, and the request field each names.
 _WORDS = (
-    ("job type", "job_type"), ("delay", "delay"), ("at must", "at"), ("limit", "limit"),
-    ("state", "state"), ("after=", "cursor"), ("prefix", "prefix"),
+    ("after=", "cursor"), ("job type", "job_type"), ("delay", "delay"), ("at must", "at"),
+    ("limit", "limit"), ("state", "state"), ("prefix", "prefix"),
 )  # fmt: skip
 
 
@@ -93,7 +102,7 @@ def _secure_jids(queue: str, jids: list[str]) -> set[str]:
 
 @router.post(
     "/queues/{queue}/ids/{path:id}/add",
-    response={200: IdAnswerOut, 201: IdAnswerOut, **ERRORS},
+    response={200: AddedOut, 201: AddedOut, **ERRORS},
     summary="Add a job unless its id is taken",
     operation_id="id_add",
 )
@@ -108,7 +117,7 @@ def id_add(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  
 
 @router.post(
     "/queues/{queue}/ids/{path:id}/set",
-    response={200: IdAnswerOut, **ERRORS},
+    response={200: SetOut, **ERRORS},
     summary="Make the id's job run with this value, whatever its state",
     operation_id="id_set",
 )
@@ -121,7 +130,7 @@ def id_set(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  
 
 @router.post(
     "/queues/{queue}/ids/{path:id}/update",
-    response={200: IdAnswerOut, **ERRORS},
+    response={200: UpdatedOut, **ERRORS},
     summary="Change a scheduled or waiting job's value and time",
     operation_id="id_update",
 )
@@ -136,7 +145,7 @@ def id_update(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any
 
 @router.post(
     "/queues/{queue}/ids/{path:id}/cancel",
-    response={200: IdAnswerOut, **ERRORS},
+    response={200: CancelledOut, **ERRORS},
     summary="Remove the id's waiting or failed job, or stop its running one",
     operation_id="id_cancel",
 )

@@ -32,7 +32,10 @@ __all__ = [
     "FailIn",
     "HeartbeatIn",
     "HeartbeatOut",
-    "IdAnswerOut",
+    "AddedOut",
+    "CancelledOut",
+    "SetOut",
+    "UpdatedOut",
     "IdJobOut",
     "IdValueIn",
     "JobIn",
@@ -186,13 +189,28 @@ class IdValueIn(_In):
     _at = field_validator("at")(_bounded)
 
 
-class IdAnswerOut(Schema):
-    """The answer of an id verb: exactly one member, named for the verb."""
+class AddedOut(Schema):
+    """``add``: whether a job was added (false: a job holds the id)."""
 
-    added: bool | None = None
-    set: bool | None = None
-    updated: bool | None = None
-    cancelled: bool | None = None
+    added: bool
+
+
+class SetOut(Schema):
+    """``set``: always true."""
+
+    set: bool
+
+
+class UpdatedOut(Schema):
+    """``update``: whether the scheduled or waiting job changed."""
+
+    updated: bool
+
+
+class CancelledOut(Schema):
+    """``cancel``: whether a job was removed or told to stop."""
+
+    cancelled: bool
 
 
 class IdJobOut(Schema):
