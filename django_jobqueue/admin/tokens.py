@@ -23,7 +23,7 @@ from ..models import API_SCOPES, ApiToken
 __all__ = ["ApiTokenAdmin"]
 
 
-class ApiTokenForm(forms.ModelForm):  # type: ignore[type-arg]
+class ApiTokenForm(forms.ModelForm):
     """Name, allowed queues (comma-separated), scopes and expiry of a new token."""
 
     queues_text = forms.CharField(
@@ -54,7 +54,7 @@ class ApiTokenForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ApiTokenAdmin(admin.ModelAdmin):
     """API tokens: made here (the secret shown once), listed, revoked."""
 
     form = ApiTokenForm

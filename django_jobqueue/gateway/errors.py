@@ -180,7 +180,7 @@ def install_handlers(api: NinjaAPI) -> None:
     def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
         return respond(api, request, GatewayError("not_found", "No such object."))
 
-    def database_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    def database_error(request: HttpRequest, exc: Any) -> HttpResponse:
         logger.warning(
             "gateway: database unavailable path=%s error=%s", request.path, type(exc).__name__
         )

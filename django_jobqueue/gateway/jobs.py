@@ -92,9 +92,9 @@ def spec_of(job: JobIn) -> JobSpec:
             exc.field = field  # type: ignore[attr-defined]
             raise
     if job.delay is not None and job.run_at is not None:
-        exc = InvalidOption("Give either delay or run_at, not both.")
-        exc.field = "run_at"  # type: ignore[attr-defined]
-        raise exc
+        both = InvalidOption("Give either delay or run_at, not both.")
+        both.field = "run_at"  # type: ignore[attr-defined]
+        raise both
     try:
         return build_job(
             job.queue,

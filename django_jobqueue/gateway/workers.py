@@ -226,7 +226,11 @@ def _finished(job: Job, status: str) -> None:
         counter = "done" if status == JobStatus.DONE else "failed"
         from django.db.models import F
 
-        _seen(job._state.db, job.lease_owner[len(OWNER_MARK) :], **{counter: F(counter) + 1})
+        _seen(
+            job._state.db or jobs_database(),
+            job.lease_owner[len(OWNER_MARK) :],
+            **{counter: F(counter) + 1},
+        )
 
 
 @router.post(
@@ -242,7 +246,7 @@ def heartbeat(request: HttpRequest, jid: str, body: HeartbeatIn) -> Any:
     if job.pk not in alive:
         raise _lease_lost(job)
     if job.lease_owner.startswith(OWNER_MARK):
-        _seen(job._state.db, job.lease_owner[len(OWNER_MARK) :])
+        _seen(job._state.db or jobs_database(), job.lease_owner[len(OWNER_MARK) :])
     return {"cancel_requested": job.pk in cancel}
 
 
