@@ -228,3 +228,33 @@ def test_issue_token_refuses_unknown_scopes():
 
     with pytest.raises(InvalidOption, match="scopes must be"):
         issue_token("x", queues=["*"], scopes=["everything"])
+
+
+@pytest.mark.parametrize(
+    ("gateway", "problem"),
+    [
+        ({"MAX_BATCH": 0}, "JOBQUEUE['GATEWAY']['MAX_BATCH'] must be an integer >= 1: got 0."),
+        ({"COLOUR": 1}, "JOBQUEUE['GATEWAY'] has unknown keys ['COLOUR']"),
+        ({"JOB_TYPES": {"x": {"handler": "a.b"}}}, "without a handler: gateway workers run them."),
+    ],
+)
+def test_gateway_settings_are_checked(gateway, problem):
+    from django_jobqueue.conf import validate_settings
+
+    with override_settings(JOBQUEUE={"GATEWAY": gateway}):
+        problems = validate_settings()
+    assert len(problems) == 1 and problem in problems[0]
+
+
+def test_admin_makes_a_token_and_shows_it_once(admin_client):
+    response = admin_client.post(
+        "/admin/django_jobqueue/apitoken/add/",
+        {"name": "ci", "queues_text": "emails, gw*", "scope_choices": ["work"]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    row = ApiToken.objects.get(name="ci")
+    (message,) = [str(m) for m in response.context["messages"] if "jqt_" in str(m)]
+    text = message.rsplit(" ", 1)[-1]
+    assert authenticate(text) == row
+    assert (row.queues, row.scopes) == (["emails", "gw*"], ["work"])
