@@ -32,6 +32,9 @@ class JobQueueConfig(AppConfig):
         )
 
         dbclock.connect()  # SQLite: the microsecond clock of dbclock.Now
+        from .gateway.jobtypes import external_job_description  # no django-ninja needed
+
+        register_job_type_resolver(external_job_description)
         try:  # here too: the tasks framework (or its backport) loads once apps are ready
             from .tasks import task_job_description
         except ImproperlyConfigured:  # no tasks framework: Django 5.2 without the backport

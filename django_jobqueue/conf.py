@@ -23,7 +23,15 @@ from django.dispatch import receiver
 from .durations import parse_duration
 from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption
 
-__all__ = ["DEFAULTS", "JobQueueSettings", "QueueOptions", "get_config", "validate_settings"]
+__all__ = [
+    "DEFAULTS",
+    "GATEWAY_DEFAULTS",
+    "GatewaySettings",
+    "JobQueueSettings",
+    "QueueOptions",
+    "get_config",
+    "validate_settings",
+]
 
 #: Defaults of every ``JOBQUEUE`` key. Units are in the names or said beside them.
 DEFAULTS: dict[str, Any] = {
@@ -76,7 +84,25 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFY": True,
     # Grace period of a graceful shutdown (ms) before running jobs are handed back.
     "SHUTDOWN_TIMEOUT_MS": 30_000,
+    # The HTTP SDK gateway (django_jobqueue.gateway); keys in GATEWAY_DEFAULTS.
+    "GATEWAY": {},
 }
+
+#: Defaults of ``JOBQUEUE["GATEWAY"]``.
+GATEWAY_DEFAULTS: dict[str, Any] = {
+    # Most jobs in one POST /sdk/jobs/batch.
+    "MAX_BATCH": 1_000,
+    # Largest request body (bytes); Django's DATA_UPLOAD_MAX_MEMORY_SIZE must allow it.
+    "MAX_BODY_BYTES": 1_048_576,
+    # Requests per minute one token may make; 0: no limit.
+    "RATE_PER_MINUTE": 0,
+    # How often a waiting claim polls when no wake-up comes (ms).
+    "CLAIM_POLL_MS": 500,
+    # Job types run by gateway workers in other languages, which have no Python
+    # handler: {"pdf.render": {"queue": "node", "max_retry": 5, "timeout": "2m"}}.
+    "JOB_TYPES": {},
+}
+_GATEWAY_INT_KEYS = {"MAX_BATCH": 1, "MAX_BODY_BYTES": 1, "RATE_PER_MINUTE": 0, "CLAIM_POLL_MS": 10}
 
 _INT_KEYS = {
     "CONCURRENCY": 1,
@@ -106,6 +132,53 @@ class QueueOptions:
     dedupe: timedelta | None
     #: How long a failed (dead letter) job stays and keeps its id.
     keep: timedelta
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """The validated ``JOBQUEUE["GATEWAY"]``: see :data:`GATEWAY_DEFAULTS`."""
+
+    MAX_BATCH: int
+    MAX_BODY_BYTES: int
+    RATE_PER_MINUTE: int
+    CLAIM_POLL_MS: int
+    JOB_TYPES: Mapping[str, Mapping[str, Any]]
+
+
+def _parse_gateway(raw: Any, errors: list[str]) -> GatewaySettings:
+    if not isinstance(raw, Mapping):
+        errors.append(f"JOBQUEUE['GATEWAY'] must be a dict: got {type(raw).__name__}.")
+        raw = {}
+    unknown = sorted(set(raw) - set(GATEWAY_DEFAULTS))
+    if unknown:
+        errors.append(
+            f"JOBQUEUE['GATEWAY'] has unknown keys {unknown}; the known keys are "
+            f"{sorted(GATEWAY_DEFAULTS)}."
+        )
+    values = {**GATEWAY_DEFAULTS, **raw}
+    for key, minimum in _GATEWAY_INT_KEYS.items():
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            errors.append(
+                f"JOBQUEUE['GATEWAY'][{key!r}] must be an integer >= {minimum}: got {value!r}."
+            )
+    job_types = values["JOB_TYPES"]
+    if not isinstance(job_types, Mapping) or not all(
+        isinstance(options, Mapping) and "handler" not in options for options in job_types.values()
+    ):
+        errors.append(
+            "JOBQUEUE['GATEWAY']['JOB_TYPES'] must map job type names to dicts of "
+            "options (queue, max_retry, timeout, priority, secure, dedupe, keep), "
+            "without a handler: gateway workers run them."
+        )
+        job_types = {}
+    return GatewaySettings(
+        MAX_BATCH=values["MAX_BATCH"],
+        MAX_BODY_BYTES=values["MAX_BODY_BYTES"],
+        RATE_PER_MINUTE=values["RATE_PER_MINUTE"],
+        CLAIM_POLL_MS=values["CLAIM_POLL_MS"],
+        JOB_TYPES=dict(job_types),
+    )
 
 
 @dataclass(frozen=True)
@@ -140,6 +213,7 @@ class JobQueueSettings:
     SCHEDULES: Mapping[str, Mapping[str, Any]]
     NOTIFY: bool
     SHUTDOWN_TIMEOUT_MS: int
+    GATEWAY: GatewaySettings
     _queue_defaults: QueueOptions = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     def queue_options(self, queue: str) -> QueueOptions:
@@ -213,6 +287,7 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             )
         except InvalidOption as exc:
             errors.append(f"JOBQUEUE['QUEUES'][{name!r}]: {exc}")
+    gateway = _parse_gateway(values["GATEWAY"], errors)
     if errors:
         return None, errors
     return (
@@ -245,6 +320,7 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             SCHEDULES=dict(values["SCHEDULES"]),
             NOTIFY=values["NOTIFY"],
             SHUTDOWN_TIMEOUT_MS=values["SHUTDOWN_TIMEOUT_MS"],
+            GATEWAY=gateway,
             _queue_defaults=defaults,
         ),
         [],

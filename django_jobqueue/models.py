@@ -40,13 +40,16 @@ from . import dbclock, unique
 from .managers import CreateRefusingQuerySet, JobManager, ScheduleJobManager, hold_hash
 
 __all__ = [
+    "API_SCOPES",
     "DEAD_STATUSES",
     "FINISHED_STATUSES",
     "WAITING_STATUSES",
+    "ApiToken",
     "Job",
     "JobStatus",
     "ScheduleJob",
     "UniqueMode",
+    "Worker",
     "hold_hash",
 ]
 
@@ -245,6 +248,85 @@ class ScheduleJob(models.Model):
         verbose_name = _("schedule")
         verbose_name_plural = _("schedules")
         indexes = [models.Index(fields=["enabled", "schedule_at"], name="jq_sched_due_idx")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+#: What an :class:`ApiToken` may do on the HTTP gateway: enqueue and use ids
+#: (``produce``), run jobs (``work``), read jobs (``read``), and everything, retries
+#: and the Pro routes included (``admin``).
+API_SCOPES = ("produce", "work", "read", "admin")
+
+
+class ApiToken(models.Model):
+    """A bearer token of the HTTP SDK gateway (``django_jobqueue.gateway``).
+
+    Only a SHA-256 of the secret is stored; the secret is shown once, when the token
+    is made (:func:`django_jobqueue.apitokens.issue_token`). ``prefix`` (the secret's
+    first characters, not secret on its own) finds the row; the hash is then compared
+    in constant time. ``queues`` holds exact queue names and ``prefix*`` patterns
+    (``["*"]``: every queue); ``scopes`` a subset of :data:`API_SCOPES`.
+    """
+
+    name = models.CharField(_("name"), max_length=200)
+    prefix = models.CharField(_("prefix"), max_length=16, unique=True, editable=False)
+    key_hash = models.CharField(max_length=64, editable=False)
+    queues = models.JSONField(_("allowed queues"), default=list, blank=True)
+    scopes = models.JSONField(_("scopes"), default=list, blank=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+    #: Written at most once a minute, so a busy token costs no write per request.
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+
+    class Meta:
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}...)"
+
+    @property
+    def revoked(self) -> bool:
+        """Whether the token was revoked."""
+        return self.revoked_at is not None
+
+
+class Worker(models.Model):
+    """A live or recently seen worker process: a ``runworkers`` foreman or a gateway
+    worker in any language (issue 13's registry; issue 12's registration).
+
+    ``name`` is unique: ``host:pid`` for a foreman, the name a gateway worker
+    registers with. ``last_seen_at`` is refreshed by heartbeats and claims; a worker
+    unseen for three heartbeats counts as gone and is pruned later.
+    """
+
+    name = models.CharField(_("name"), max_length=200, unique=True)
+    #: ``runworkers`` or ``gateway``.
+    kind = models.CharField(_("kind"), max_length=16, default="runworkers")
+    host = models.CharField(_("host"), max_length=255, blank=True, default="")
+    pid = models.PositiveIntegerField(_("pid"), null=True, blank=True)
+    #: Queues it claims from; empty: every queue.
+    queues = models.JSONField(_("queues"), default=list, blank=True)
+    #: Job types it runs; empty: any job type of its queues.
+    job_types = models.JSONField(_("job types"), default=list, blank=True)
+    #: Languages of a gateway worker, such as ``["typescript"]``.
+    languages = models.JSONField(_("languages"), default=list, blank=True)
+    concurrency = models.PositiveIntegerField(_("concurrency"), default=1)
+    version = models.CharField(_("version"), max_length=64, blank=True, default="")
+    started_at = models.DateTimeField(_("started at"), db_default=Now())
+    last_seen_at = models.DateTimeField(_("last seen at"), db_default=Now())
+    #: Slots running a job at the last heartbeat.
+    busy = models.PositiveIntegerField(_("busy slots"), default=0)
+    #: Jobs done and failed since it started.
+    done = models.PositiveBigIntegerField(_("jobs done"), default=0)
+    failed = models.PositiveBigIntegerField(_("jobs failed"), default=0)
+
+    class Meta:
+        verbose_name = _("worker")
+        verbose_name_plural = _("workers")
+        indexes = [models.Index(fields=["last_seen_at"], name="jq_worker_seen_idx")]
 
     def __str__(self) -> str:
         return self.name

@@ -1,4 +1,5 @@
-"""URLs of the example project: the sign-up pages and the admin (jobs live there)."""
+"""URLs of the example project: the sign-up pages, the admin (jobs live there) and the
+HTTP SDK gateway under ``sdk/``."""
 
 from __future__ import annotations
 
@@ -7,5 +8,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("sdk/", include("django_jobqueue.gateway.urls")),
     path("", include("example_project.newsletter.urls")),
 ]

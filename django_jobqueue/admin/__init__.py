@@ -11,7 +11,8 @@ with their age ("3 s ago").
 
 - :mod:`.changelist`: the paginator that never counts a big table, and the filters;
 - :mod:`.display`: escaped JSON, hidden secure values, times;
-- :mod:`.jobs`: :class:`JobAdmin`; :mod:`.schedules`: :class:`ScheduleJobAdmin`.
+- :mod:`.jobs`: :class:`JobAdmin`; :mod:`.schedules`: :class:`ScheduleJobAdmin`;
+- :mod:`.tokens`: :class:`ApiTokenAdmin`, the SDK gateway's tokens (secret shown once).
 """
 
 from __future__ import annotations
@@ -19,5 +20,6 @@ from __future__ import annotations
 from .changelist import EstimatedCountPaginator
 from .jobs import JobAdmin
 from .schedules import ScheduleJobAdmin
+from .tokens import ApiTokenAdmin
 
-__all__ = ["EstimatedCountPaginator", "JobAdmin", "ScheduleJobAdmin"]
+__all__ = ["ApiTokenAdmin", "EstimatedCountPaginator", "JobAdmin", "ScheduleJobAdmin"]

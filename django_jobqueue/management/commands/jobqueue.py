@@ -1,4 +1,5 @@
-"""``manage.py jobqueue``: operators' subcommands (status, prune, retry, licence, schedules).
+"""``manage.py jobqueue``: operators' subcommands (status, prune, retry, licence, schedules,
+token).
 
 The command only parses and wires: the work is in :mod:`django_jobqueue.maintenance`
 (shared with the admin's actions) and :mod:`django_jobqueue.licence`.
@@ -31,6 +32,7 @@ from django_jobqueue import maintenance
 from django_jobqueue.conf import get_config
 from django_jobqueue.durations import parse_duration
 from django_jobqueue.exceptions import InvalidOption
+from django_jobqueue.management import tokens
 from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -478,6 +480,11 @@ def _schedules(
         command.stdout.write(
             "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         )
+
+
+subcommand(
+    "token", help="Create, list or revoke the SDK gateway's API tokens.", arguments=tokens.arguments
+)(tokens.handle)
 
 
 # The command --------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""Access: bearer tokens (:mod:`django_jobqueue.apitokens`), scopes, queues and rate.
+
+Bearer auth only: no cookie or session is read, so CSRF does not apply. A missing,
+malformed, unknown, revoked or expired token answers 401; a token without the route's
+scope, or not allowed the queue it names, 403. With
+``JOBQUEUE["GATEWAY"]["RATE_PER_MINUTE"]`` set, a token's requests are counted per
+minute in Django's default cache (shared by every process when the cache is), and
+one over the rate answers 429 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from django.core.cache import cache
+from django.http import HttpRequest
+from ninja.security import HttpBearer
+
+from .. import apitokens
+from ..conf import get_config
+from ..models import ApiToken
+from .errors import GatewayError, unauthorized
+
+__all__ = ["BearerToken", "require", "token_of"]
+
+
+class BearerToken(HttpBearer):
+    """django-ninja auth: ``Authorization: Bearer jqt_...`` to an :class:`ApiToken`."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        """Check the body's declared size first, then the token (401 when absent)."""
+        limit = get_config().GATEWAY.MAX_BODY_BYTES
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            raise GatewayError(
+                "body_too_large", f"The request body is over {limit} bytes.", field="body"
+            )
+        return super().__call__(request)
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
+        """Return the live token, after counting it against the rate; None: 401."""
+        row = apitokens.authenticate(token)
+        if row is None:
+            raise unauthorized("The token is unknown, revoked or expired.")
+        _count_rate(row)
+        return row
+
+
+def _count_rate(token: ApiToken) -> None:
+    rate = get_config().GATEWAY.RATE_PER_MINUTE
+    if not rate:
+        return
+    minute = int(time.time() // 60)
+    key = f"django_jobqueue:gateway:rate:{token.pk}:{minute}"
+    cache.add(key, 0, timeout=120)
+    try:
+        count = cache.incr(key)
+    except ValueError:  # evicted between add and incr: count this one as the first
+        cache.set(key, 1, timeout=120)
+        count = 1
+    if count > rate:
+        retry_after = max(1, 60 - int(time.time()) % 60)
+        raise GatewayError(
+            "rate_limited",
+            f"This token may make {rate} requests a minute; wait {retry_after} s.",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+
+def token_of(request: HttpRequest) -> ApiToken:
+    """Return the request's authenticated token."""
+    token = getattr(request, "auth", None)
+    if not isinstance(token, ApiToken):  # pragma: no cover (auth runs first)
+        raise unauthorized("Give a token: Authorization: Bearer jqt_...")
+    return token
+
+
+def require(request: HttpRequest, scope: str, queues: Iterable[str] = ()) -> ApiToken:
+    """Return the request's token if it has ``scope`` and is allowed every queue.
+
+    Raises
+    ------
+    GatewayError
+        ``forbidden`` (403), naming the missing scope or the refused queue.
+    """
+    token = token_of(request)
+    if not apitokens.has_scope(token, scope):
+        raise GatewayError(
+            "forbidden", f"This token lacks the {scope!r} scope.", extra={"scope": scope}
+        )
+    for queue in queues:
+        if not apitokens.queue_allowed(token, queue):
+            raise GatewayError(
+                "forbidden", f"This token is not allowed queue {queue!r}.", field="queue"
+            )
+    return token

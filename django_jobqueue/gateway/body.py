@@ -1,0 +1,70 @@
+"""Request bodies: at most ``JOBQUEUE["GATEWAY"]["MAX_BODY_BYTES"]``, and JSON.
+
+A body over the limit answers 413 (judged from ``Content-Length`` before it is read,
+and again on its bytes); a ``Content-Type`` other than ``application/json`` (or
+``*/*+json``), or bytes that are not JSON (nesting too deep for the parser
+included), answer 415.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
+from ninja.parser import Parser
+
+from ..conf import get_config
+from .errors import GatewayError
+
+__all__ = ["JsonBodyParser"]
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(
+        "body_too_large",
+        f"The request body is over {limit} bytes; split the batch.",
+        field="body",
+    )
+
+
+def _not_json(detail: str) -> GatewayError:
+    return GatewayError("not_json", detail, field="body")
+
+
+class JsonBodyParser(Parser):
+    """django-ninja's parser, with the gateway's size and type checks."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        """Return the JSON body of ``request``.
+
+        Raises
+        ------
+        GatewayError
+            ``body_too_large`` (413) or ``not_json`` (415).
+        """
+        limit = get_config().GATEWAY.MAX_BODY_BYTES
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            raise _too_large(limit)
+        content_type = request.content_type or ""
+        if content_type != "application/json" and not (
+            content_type.startswith("application/") and content_type.endswith("+json")
+        ):
+            raise _not_json(
+                f"Send JSON with Content-Type: application/json (got {content_type!r})."
+            )
+        try:
+            raw = request.body
+        except RequestDataTooBig as exc:
+            raise _too_large(limit) from exc
+        if len(raw) > limit:
+            raise _too_large(limit)
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise _not_json(f"The request body is not JSON: {type(exc).__name__}.") from exc

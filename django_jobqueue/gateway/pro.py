@@ -1,0 +1,147 @@
+"""Pro routes (seed 000): unique locks and bulk operations, 402 without a licence.
+
+Each route checks the licence first (``licence.require_pro``), then the ``admin``
+scope and the queue. ``DELETE /sdk/unique-locks/{queue}/{key}`` releases a held unique
+key by ending its hold on the holder's row (the hash set to NULL), as the claim of an
+``until_executing`` job or the success of an ``until_executed`` one does; the job
+itself is left alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router, Schema
+from pydantic import ConfigDict, Field
+
+from .. import maintenance
+from ..dbclock import Now
+from ..enqueue import jobs_database
+from ..exceptions import JobQueueError
+from ..licence import require_pro
+from ..models import DEAD_STATUSES, Job, JobStatus, hold_hash
+from ..validation import check_queue, check_text
+from .auth import require
+from .errors import from_jobqueue_error
+from .schemas import ERRORS, BulkIn, BulkOut, UniqueLocksOut, UniqueReleaseOut
+
+__all__ = ["router"]
+
+router = Router(tags=["pro"])
+
+
+class LocksQuery(Schema):
+    """Filters of ``GET /sdk/unique-locks``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str | None = Field(None, max_length=100)
+    limit: int = Field(100, ge=1, le=1000)
+    cursor: str | None = Field(None, max_length=20, pattern=r"^[0-9]{1,18}$")
+
+
+def _checked_queue(request: HttpRequest, queue: str) -> None:
+    try:
+        check_queue(queue)
+    except JobQueueError as exc:
+        raise from_jobqueue_error(exc, field="queue") from exc
+    require(request, "admin", [queue])
+
+
+@router.get(
+    "/unique-locks",
+    response={200: UniqueLocksOut, **ERRORS},
+    summary="Who holds which unique key (Pro)",
+    operation_id="unique_locks",
+)
+def unique_locks(request: HttpRequest, filters: Query[LocksQuery]) -> Any:
+    """Held keys of the queues this token may see, by job, with mode and expiry."""
+    require_pro("the gateway's unique-locks route")
+    require(request, "admin")
+    if filters.queue is not None:
+        _checked_queue(request, filters.queue)
+    from ..apitokens import queue_allowed
+    from .auth import token_of
+
+    token = token_of(request)
+    held = (
+        Job.objects.using(jobs_database())
+        .filter(unique_key_hash__isnull=False, unique_expires_at__gt=Now())
+        .order_by("pk")
+    )
+    if filters.queue is not None:
+        held = held.filter(queue=filters.queue)
+    if filters.cursor is not None:
+        held = held.filter(pk__gt=int(filters.cursor))
+    rows = list(held[: filters.limit + 1])
+    more = len(rows) > filters.limit
+    rows = rows[: filters.limit]
+    locks = [
+        {
+            "queue": row.queue,
+            "unique_key": row.unique_key or "",
+            "mode": row.unique_mode or "while_locked",
+            "jid": row.jid,
+            "job_type": row.job_type,
+            "status": row.status,
+            "expires_at": row.unique_expires_at,
+        }
+        for row in rows
+        if queue_allowed(token, row.queue)
+    ]
+    return {"locks": locks, "next": str(rows[-1].pk) if more and rows else None}
+
+
+@router.delete(
+    "/unique-locks/{queue}/{path:key}",
+    response={200: UniqueReleaseOut, **ERRORS},
+    summary="Release a held unique key (Pro)",
+    operation_id="unique_lock_release",
+)
+def release_unique_lock(request: HttpRequest, queue: str, key: str) -> Any:
+    """``released`` false when no job holds the key."""
+    require_pro("the gateway's unique-locks route")
+    _checked_queue(request, queue)
+    try:
+        check_text(key, "A unique_key")
+    except JobQueueError as exc:
+        raise from_jobqueue_error(exc, field="key") from exc
+    holders = Job.objects.using(jobs_database()).filter(queue=queue, unique_key_hash=hold_hash(key))
+    jid = holders.values_list("jid", flat=True).first()
+    released = bool(jid) and bool(
+        holders.filter(jid=jid).update(unique_key_hash=None, updated_at=Now())
+    )
+    return {"released": released, "jid": jid}
+
+
+@router.post(
+    "/jobs/bulk",
+    response={200: BulkOut, **ERRORS},
+    summary="Retry or cancel every job matching a filter (Pro)",
+    operation_id="jobs_bulk",
+)
+def bulk(request: HttpRequest, body: BulkIn) -> Any:
+    """Retry (dead letters and scheduled jobs) or cancel (waiting and running ones)."""
+    require_pro("the gateway's bulk route")
+    _checked_queue(request, body.queue)
+    jobs = Job.objects.using(jobs_database()).filter(queue=body.queue)
+    if body.job_type is not None:
+        jobs = jobs.filter(job_type=body.job_type)
+    if body.jids is not None:
+        jobs = jobs.filter(jid__in=[jid for jid in body.jids if jid.isalnum()])
+    if body.state == "failed":
+        jobs = jobs.filter(status__in=DEAD_STATUSES)
+    elif body.state == "running":
+        jobs = jobs.filter(status=JobStatus.PROCESSING)
+    elif body.state == "scheduled":
+        jobs = jobs.filter(waiting=True, run_at__gt=Now())
+    elif body.state == "waiting":
+        jobs = jobs.filter(waiting=True, run_at__lte=Now())
+    if body.action == "retry":
+        retried = maintenance.retry_jobs(jobs)
+        detail = {"dead": retried.dead, "waiting": retried.waiting}
+    else:
+        cancelled = maintenance.cancel_jobs(jobs)
+        detail = {"cancelled": cancelled.cancelled, "requested": cancelled.requested}
+    return {"action": body.action, "changed": sum(detail.values()), "detail": detail}

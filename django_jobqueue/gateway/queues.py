@@ -1,0 +1,194 @@
+"""Seed 002's id verbs over HTTP: add, set, update, cancel, get, and list.
+
+Each route calls :class:`django_jobqueue.ids.Queue` and gives the seed's answers: an
+``add`` that adds nothing is ``200 {"added": false}``, not an error; ``get`` of a free
+id is ``404 not_found``. The id is the rest of the path (it may hold ``/``; escape
+``?``, ``#`` and ``%``); the queue is one path segment. ``add`` and ``set`` make jobs
+of ``job_type``, or of the queue's one job type when it is omitted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Query, Router, Schema, Status
+from pydantic import ConfigDict, Field
+
+from ..exceptions import InvalidPayload, JobQueueError, UnknownJobType
+from ..ids import JobView, Queue
+from ..models import Job
+from ..validation import check_queue, check_text
+from .auth import require
+from .errors import GatewayError, from_jobqueue_error
+from .schemas import (
+    ERRORS,
+    AddedOut,
+    CancelledOut,
+    IdJobOut,
+    IdValueIn,
+    PageOut,
+    SetOut,
+    UpdatedOut,
+)
+
+__all__ = ["router"]
+
+router = Router(tags=["ids"])
+
+
+class ListQuery(Schema):
+    """Filters of ``GET /sdk/queues/{queue}/jobs``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prefix: str | None = Field(None, max_length=1024)
+    state: str | None = Field(None, description="scheduled, waiting, running, failed, ...")
+    limit: int = Field(100, ge=1, le=1000)
+    cursor: str | None = Field(None, max_length=4096, description="The next of a page.")
+
+
+def _checked(request: HttpRequest, scope: str, queue: str, job_id: str | None = None) -> None:
+    try:
+        check_queue(queue)
+        if job_id is not None:
+            check_text(job_id, "A job id")
+    except JobQueueError as exc:
+        field = "id" if job_id is not None and "queue" not in str(exc) else "queue"
+        raise from_jobqueue_error(exc, field=field) from exc
+    require(request, scope, [queue])
+
+
+#: Words of an ``ids`` error message, and the request field each names.
+_WORDS = (
+    ("after=", "cursor"), ("job type", "job_type"), ("delay", "delay"), ("at must", "at"),
+    ("limit", "limit"), ("state", "state"), ("prefix", "prefix"),
+)  # fmt: skip
+
+
+def _call(field: str | None, func: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return func(*args, **kwargs)
+    except InvalidPayload as exc:
+        raise from_jobqueue_error(exc, field="value") from exc
+    except UnknownJobType as exc:
+        raise from_jobqueue_error(exc, field="job_type") from exc
+    except JobQueueError as exc:
+        text = str(exc)
+        named = next((name for word, name in _WORDS if word in text), field)
+        raise from_jobqueue_error(exc, field=named) from exc
+
+
+def _handle(queue: str, job_type: str | None) -> Queue:
+    return Queue(queue, job_type=job_type)
+
+
+def _view(view: JobView, secure: bool) -> dict[str, Any]:
+    data = {name: getattr(view, name) for name in IdJobOut.model_fields}
+    if secure:
+        data["value"] = None
+        data["result"] = None
+    return data
+
+
+def _secure_jids(queue: str, jids: list[str]) -> set[str]:
+    from ..enqueue import jobs_database
+
+    if not jids:
+        return set()
+    rows = Job.objects.using(jobs_database()).filter(queue=queue, jid__in=jids, secure=True)
+    return set(rows.values_list("jid", flat=True))
+
+
+@router.post(
+    "/queues/{queue}/ids/{path:id}/add",
+    response={200: AddedOut, 201: AddedOut, **ERRORS},
+    summary="Add a job unless its id is taken",
+    operation_id="id_add",
+)
+def id_add(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  # noqa: A002
+    """201 ``{"added": true}``, or 200 ``{"added": false}`` when a job holds the id."""
+    _checked(request, "produce", queue, id)
+    added = _call(
+        None, _handle(queue, body.job_type).add, body.value, id=id, at=body.at, delay=body.delay
+    )
+    return Status(201 if added else 200, {"added": added})
+
+
+@router.post(
+    "/queues/{queue}/ids/{path:id}/set",
+    response={200: SetOut, **ERRORS},
+    summary="Make the id's job run with this value, whatever its state",
+    operation_id="id_set",
+)
+def id_set(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  # noqa: A002
+    """Always ``{"set": true}``: added, replaced, rerun or restarted (seed 002's table)."""
+    _checked(request, "produce", queue, id)
+    _call(None, _handle(queue, body.job_type).set, id, body.value, at=body.at, delay=body.delay)
+    return {"set": True}
+
+
+@router.post(
+    "/queues/{queue}/ids/{path:id}/update",
+    response={200: UpdatedOut, **ERRORS},
+    summary="Change a scheduled or waiting job's value and time",
+    operation_id="id_update",
+)
+def id_update(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  # noqa: A002
+    """``{"updated": false}`` when there is none, or it runs, failed or is done."""
+    _checked(request, "produce", queue, id)
+    updated = _call(
+        None, _handle(queue, body.job_type).update, id, body.value, at=body.at, delay=body.delay
+    )
+    return {"updated": updated}
+
+
+@router.post(
+    "/queues/{queue}/ids/{path:id}/cancel",
+    response={200: CancelledOut, **ERRORS},
+    summary="Remove the id's waiting or failed job, or stop its running one",
+    operation_id="id_cancel",
+)
+def id_cancel(request: HttpRequest, queue: str, id: str) -> Any:  # noqa: A002
+    """``{"cancelled": false}`` when there was none, or it is done."""
+    _checked(request, "produce", queue, id)
+    return {"cancelled": _call("id", _handle(queue, None).cancel, id)}
+
+
+@router.get(
+    "/queues/{queue}/ids/{path:id}",
+    response={200: IdJobOut, **ERRORS},
+    summary="The job that holds the id",
+    operation_id="id_get",
+)
+def id_get(request: HttpRequest, queue: str, id: str) -> Any:  # noqa: A002
+    """The job (value and result null for a secure job type), or 404 when the id is free."""
+    _checked(request, "read", queue, id)
+    view = _call("id", _handle(queue, None).get, id)
+    if view is None:
+        raise GatewayError("not_found", f"No job holds id {id!r} on queue {queue!r}.", field="id")
+    return _view(view, bool(_secure_jids(queue, [view.jid])))
+
+
+@router.get(
+    "/queues/{queue}/jobs",
+    response={200: PageOut, **ERRORS},
+    summary="One page of the queue's jobs",
+    operation_id="list_jobs",
+)
+def list_jobs(request: HttpRequest, queue: str, filters: Query[ListQuery]) -> Any:
+    """Oldest first (``state=failed``: latest failure first); pass ``next`` as ``cursor``."""
+    _checked(request, "read", queue)
+    page = _call(
+        None,
+        _handle(queue, None).list,
+        prefix=filters.prefix,
+        state=filters.state,
+        limit=filters.limit,
+        after=filters.cursor,
+    )
+    secure = _secure_jids(queue, [view.jid for view in page.jobs])
+    return {
+        "jobs": [_view(view, view.jid in secure) for view in page.jobs],
+        "next": page.next,
+    }

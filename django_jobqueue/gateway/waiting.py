@@ -1,0 +1,91 @@
+"""The long-poll of ``POST /sdk/worker/claim``: wait for a wake-up or the next poll.
+
+A waiting claim polls every ``JOBQUEUE["GATEWAY"]["CLAIM_POLL_MS"]`` (on every
+database: polling alone finds every job). On PostgreSQL a listener thread, shared by
+the waiting claims of the process and running only while one waits, ``LISTEN``\\s with
+the workers' own :func:`django_jobqueue.worker.wakeup.listen` and wakes them as soon
+as a job is committed, so they claim it at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connections
+
+from ..conf import get_config
+from ..worker import wakeup
+
+__all__ = ["generation", "registered", "stop_listening", "wait"]
+
+_cond = threading.Condition()
+_generation = 0
+_waiters = 0
+_listener: tuple[threading.Thread, threading.Event] | None = None
+#: Every listener started, so :func:`stop_listening` can wait for the stopped ones too.
+_started: list[threading.Thread] = []
+
+
+def _woken(queue: str) -> None:
+    global _generation
+    with _cond:
+        _generation += 1
+        _cond.notify_all()
+
+
+def generation() -> int:
+    """Return the wake-up count; pass it to :func:`wait` after a claim found nothing."""
+    with _cond:
+        return _generation
+
+
+def wait(since: int, timeout_s: float) -> None:
+    """Wait until a wake-up after ``generation() == since``, or ``timeout_s`` seconds."""
+    with _cond:
+        _cond.wait_for(lambda: _generation != since, timeout=max(0.0, timeout_s))
+
+
+@contextmanager
+def registered(using: str) -> Iterator[None]:
+    """Count the caller among the waiters of ``using`` while the block runs.
+
+    The first waiter on PostgreSQL (with ``JOBQUEUE["NOTIFY"]``) starts the listener;
+    the last one to leave stops it.
+    """
+    global _waiters, _listener
+    with _cond:
+        _waiters += 1
+        if _listener is None and connections[using].vendor == "postgresql" and get_config().NOTIFY:
+            stop = threading.Event()
+            thread = threading.Thread(
+                target=wakeup.listen,
+                args=(using, _woken, stop),
+                name="jq-gateway-listen",
+                daemon=True,
+            )
+            _listener = (thread, stop)
+            _started[:] = [t for t in _started if t.is_alive()]
+            _started.append(thread)
+            thread.start()
+    try:
+        yield
+    finally:
+        with _cond:
+            _waiters -= 1
+            if _waiters == 0 and _listener is not None:
+                _listener[1].set()
+                _listener = None
+
+
+def stop_listening(timeout_s: float = 5.0) -> None:
+    """Stop the listener now and wait for every listener's connection to close (tests)."""
+    global _listener
+    with _cond:
+        listener, _listener = _listener, None
+        threads = list(_started)
+    if listener is not None:
+        listener[1].set()
+    for thread in threads:
+        thread.join(timeout_s)

@@ -1,0 +1,297 @@
+"""The worker protocol: a process in any language claims, heartbeats and reports jobs.
+
+Every state change is the Python workers' own :mod:`django_jobqueue.storage`
+function (claim, heartbeat, complete, fail, finish_cancelled, hand_back,
+reap_expired), so leases, fencing, retries and backoff, dead letters and the release
+of unique keys are the same. A report carries the claim's ``lease_token``: when the
+job is no longer held under it (the lease expired and the job was reaped, or another
+worker claimed it), the answer is ``409 lease_lost`` and nothing is stored.
+
+``job_types``: a claim may name the job types it runs. ``storage.claim`` filters by
+excluded types only, so the claim excludes every job type this process knows
+(``@job``, ``JOBQUEUE["JOB_TYPES"]``, ``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``) that is
+not named; a job of another type claimed anyway (a ``@task``'s, found by resolver) is
+handed back unrun, its attempt not counted, and its type is excluded from then on.
+
+Expired leases are reaped here too (at most every ``LEASE_MS / 2`` per process), so a
+deployment with gateway workers and no ``runworkers`` still takes back dead workers'
+jobs. A job whose ``expires_ms`` passed before it was claimed is dead-lettered as the
+Python executor does and not handed out.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router
+
+from .. import storage
+from ..conf import get_config
+from ..dbclock import Now
+from ..enqueue import jobs_database
+from ..models import Job, JobStatus, Worker
+from ..registry import registered_job_types
+from ..signals import job_finished, job_started
+from ..worker.executor import expire_if_due
+from . import waiting
+from .auth import require
+from .errors import GatewayError
+from .jobs import find_job
+from .jobtypes import external_job_types
+from .schemas import (
+    ERRORS,
+    ClaimIn,
+    ClaimOut,
+    CompleteIn,
+    FailIn,
+    HeartbeatIn,
+    HeartbeatOut,
+    OutcomeOut,
+    RegisterIn,
+    RegisterOut,
+)
+
+__all__ = ["router"]
+
+logger = logging.getLogger(__name__)
+
+router = Router(tags=["worker"])
+
+#: ``lease_owner`` of the jobs a gateway worker claims: this, then its name.
+OWNER_MARK = "gateway:"
+#: Longest ``wait_ms`` of a claim.
+MAX_WAIT_MS = 30_000
+
+_reaped_at = 0.0
+_reap_lock = threading.Lock()
+#: Job types claimed by a claim that did not name them: excluded from later claims.
+_learned: set[str] = set()
+
+
+def _reap_now_and_then(using: str) -> None:
+    global _reaped_at
+    every = get_config().LEASE_MS / 2000
+    with _reap_lock:
+        if time.monotonic() - _reaped_at < every:
+            return
+        _reaped_at = time.monotonic()
+    storage.reap_expired(using)
+
+
+def _excluded(job_types: list[str]) -> set[str]:
+    if not job_types:
+        return set()
+    known = set(registered_job_types()) | set(external_job_types()) | _learned
+    return known - set(job_types)
+
+
+def _claim_once(using: str, owner: str, body: ClaimIn) -> list[Job]:
+    jobs = storage.claim(
+        using,
+        owner=owner,
+        limit=body.limit,
+        queues=body.queues,
+        exclude_types=_excluded(body.job_types),
+        lease_ms=body.lease_ms,
+    )
+    kept = []
+    for job in jobs:
+        if body.job_types and job.job_type not in body.job_types:
+            if len(_learned) < 10_000:
+                _learned.add(job.job_type)
+            storage.hand_back(job, message="handed back: the gateway worker does not run it")
+            continue
+        if expire_if_due(job) is not False:
+            continue  # expired before it started: dead-lettered, as runworkers does
+        job_started.send_robust(sender=job.job_type, job=job)
+        kept.append(job)
+    return kept
+
+
+def _claimed(job: Job) -> dict[str, Any]:
+    return {
+        "jid": job.jid,
+        "queue": job.queue,
+        "job_type": job.job_type,
+        "id": job.job_id,
+        "payload": job.payload,
+        "attempt": job.attempt,
+        "max_retry": job.max_retry,
+        "priority": job.priority,
+        "timeout_ms": job.timeout_ms,
+        "lease_token": job.lease_token,
+        "lease_expires_at": job.lease_expires_at,
+        "cancel_requested": job.cancel_requested,
+    }
+
+
+def _seen(using: str, name: str, **changes: Any) -> None:
+    Worker.objects.using(using).filter(name=name).update(last_seen_at=Now(), **changes)
+
+
+@router.post(
+    "/worker/register",
+    response={200: RegisterOut, **ERRORS},
+    summary="Register a worker process",
+    operation_id="worker_register",
+)
+def register(request: HttpRequest, body: RegisterIn) -> Any:
+    """Store (or refresh) the worker under its name; answer the lease and heartbeat."""
+    require(request, "work", body.queues)
+    using = jobs_database()
+    fields = {
+        "kind": "gateway",
+        "host": body.host,
+        "pid": body.pid,
+        "queues": body.queues,
+        "job_types": body.job_types,
+        "languages": body.languages,
+        "concurrency": body.concurrency,
+        "version": body.version,
+        "started_at": Now(),
+        "last_seen_at": Now(),
+        "busy": 0,
+        "done": 0,
+        "failed": 0,
+    }
+    if not Worker.objects.using(using).filter(name=body.name).update(**fields):
+        Worker.objects.using(using).update_or_create(name=body.name, defaults=fields)
+    config = get_config()
+    return {
+        "name": body.name,
+        "lease_ms": config.LEASE_MS,
+        "heartbeat_ms": config.HEARTBEAT_MS,
+        "max_wait_ms": MAX_WAIT_MS,
+    }
+
+
+@router.post(
+    "/worker/claim",
+    response={200: ClaimOut, **ERRORS},
+    summary="Claim due jobs, waiting up to wait_ms for one",
+    operation_id="worker_claim",
+)
+def claim(request: HttpRequest, body: ClaimIn) -> Any:
+    """Up to ``limit`` jobs of ``queues`` (and ``job_types``), each with a lease token.
+
+    Long-polls up to ``wait_ms`` (at most 30 s) when none is due: woken by NOTIFY on
+    PostgreSQL, polling every ``CLAIM_POLL_MS`` everywhere.
+    """
+    token = require(request, "work", body.queues)
+    using = jobs_database()
+    owner = (OWNER_MARK + (body.worker or token.name))[:200]
+    _reap_now_and_then(using)
+    deadline = time.monotonic() + body.wait_ms / 1000
+    poll_s = get_config().GATEWAY.CLAIM_POLL_MS / 1000
+    with waiting.registered(using):
+        while True:
+            since = waiting.generation()
+            jobs = _claim_once(using, owner, body)
+            left = deadline - time.monotonic()
+            if jobs or left <= 0:
+                break
+            waiting.wait(since, min(poll_s, left))
+    if body.worker:
+        _seen(using, body.worker)
+    return {"jobs": [_claimed(job) for job in jobs]}
+
+
+def _held(request: HttpRequest, jid: str, lease_token: str) -> Job:
+    """Return the job ``jid`` if it is running under ``lease_token``, else 409."""
+    job = find_job(request, jid, "work")
+    if job.status != JobStatus.PROCESSING or not hmac.compare_digest(
+        job.lease_token.encode(), lease_token.encode("utf-8", "replace")
+    ):
+        raise _lease_lost(job)
+    return job
+
+
+def _lease_lost(job: Job) -> GatewayError:
+    return GatewayError(
+        "lease_lost",
+        f"Job {job.jid} is no longer held under this lease token (status {job.status}); "
+        "drop its outcome.",
+        field="lease_token",
+    )
+
+
+def _finished(job: Job, status: str) -> None:
+    job_finished.send_robust(sender=job.job_type, job=job, status=status)
+    if job.lease_owner.startswith(OWNER_MARK):
+        counter = "done" if status == JobStatus.DONE else "failed"
+        from django.db.models import F
+
+        _seen(
+            job._state.db or jobs_database(),
+            job.lease_owner[len(OWNER_MARK) :],
+            **{counter: F(counter) + 1},
+        )
+
+
+@router.post(
+    "/worker/jobs/{jid}/heartbeat",
+    response={200: HeartbeatOut, **ERRORS},
+    summary="Extend a claimed job's lease",
+    operation_id="worker_heartbeat",
+)
+def heartbeat(request: HttpRequest, jid: str, body: HeartbeatIn) -> Any:
+    """``cancel_requested``: stop the handler and report the job ``cancelled``."""
+    job = _held(request, jid, body.lease_token)
+    alive, cancel = storage.heartbeat([job], lease_ms=body.lease_ms)
+    if job.pk not in alive:
+        raise _lease_lost(job)
+    if job.lease_owner.startswith(OWNER_MARK):
+        _seen(job._state.db or jobs_database(), job.lease_owner[len(OWNER_MARK) :])
+    return {"cancel_requested": job.pk in cancel}
+
+
+@router.post(
+    "/worker/jobs/{jid}/complete",
+    response={200: OutcomeOut, **ERRORS},
+    summary="Store a job's success and result",
+    operation_id="worker_complete",
+)
+def complete(request: HttpRequest, jid: str, body: CompleteIn) -> Any:
+    """``done`` (or ``init`` when a seed 002 ``set`` asked for one run more)."""
+    job = _held(request, jid, body.lease_token)
+    from ..exceptions import JobQueueError
+    from ..validation import check_json
+    from .errors import from_jobqueue_error
+
+    try:
+        check_json(body.result, "The result")
+    except JobQueueError as exc:
+        raise from_jobqueue_error(exc, field="result") from exc
+    if not storage.complete(job, body.result):
+        raise _lease_lost(job)
+    status = Job.objects.using(job._state.db).filter(pk=job.pk).values_list("status", flat=True)
+    stored = status.first() or JobStatus.DONE
+    _finished(job, JobStatus.DONE)
+    return {"status": stored}
+
+
+@router.post(
+    "/worker/jobs/{jid}/fail",
+    response={200: OutcomeOut, **ERRORS},
+    summary="Store a failed attempt (retried with backoff unless retry is false)",
+    operation_id="worker_fail",
+)
+def fail(request: HttpRequest, jid: str, body: FailIn) -> Any:
+    """``retry`` (backoff), ``max_retry`` or ``error`` (dead letters), ``cancelled``."""
+    job = _held(request, jid, body.lease_token)
+    if body.cancelled:
+        if not storage.finish_cancelled(job, message=body.error or "cancelled while running"):
+            raise _lease_lost(job)
+        status: str | None = JobStatus.CANCELLED
+    else:
+        message = f"{body.exception_class}: {body.error}" if body.exception_class else body.error
+        status = storage.fail(job, None, message=message, retryable=body.retry)
+        if status is None:
+            raise _lease_lost(job)
+    _finished(job, str(status))
+    return {"status": str(status)}
