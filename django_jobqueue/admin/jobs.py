@@ -168,7 +168,7 @@ def _dotted(obj: Job) -> list[str]:
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobAdmin(admin.ModelAdmin):
     """Jobs: read-only, with actions to retry now, cancel and delete.
 
     A job's page has "Retry now" and "Cancel" buttons when they apply to the job

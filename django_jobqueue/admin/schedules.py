@@ -26,7 +26,7 @@ def _schedule_is_secure(obj: ScheduleJob) -> bool:
 
 
 @admin.register(ScheduleJob)
-class ScheduleJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ScheduleJobAdmin(admin.ModelAdmin):
     """Schedules: read-only here, with actions to enable, disable and run now."""
 
     list_display = (
