@@ -29,6 +29,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from .. import maintenance
+from ..enqueue import jobs_database
 from ..models import Job, JobStatus
 from .changelist import EstimatedCountPaginator, JobTypeFilter, QueueFilter, UniqueKeyHeldFilter
 from .display import error_time, hidden, pretty, time_display
@@ -256,8 +257,6 @@ class JobAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         """Jobs on the jobs' database."""
-        from ..enqueue import jobs_database
-
         return super().get_queryset(request).using(jobs_database())
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[Any]:

@@ -21,6 +21,8 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any
 
+import django
+from django.apps import apps
 from django.db import connections
 
 __all__ = ["Supervisor"]
@@ -33,9 +35,6 @@ _BURST_MAX_CRASHES = 5
 
 
 def _child_main(options: dict[str, Any], log_level: int) -> None:
-    import django
-    from django.apps import apps
-
     if not apps.ready:  # spawn start method: a fresh interpreter
         django.setup()
     if hasattr(os, "setpgrp"):
@@ -47,6 +46,7 @@ def _child_main(options: dict[str, Any], log_level: int) -> None:
     connections.close_all()
     logging.getLogger("django_jobqueue").setLevel(log_level)
 
+    # deferred: a spawned child imports this module before django.setup() above
     from .foreman import Foreman, ForemanOptions
 
     Foreman(ForemanOptions(**options)).run()
