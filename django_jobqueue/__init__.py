@@ -11,7 +11,50 @@ Public API::
 
 ``import django_jobqueue`` loads only the exceptions, so settings or an AppConfig may
 import the package before the app registry is ready. Every other public name is
-imported on first use (PEP 562 ``__getattr__``), from the module that defines it.
+imported on first use (PEP 562 ``__getattr__``), from the module that defines it, and
+like Django's own model imports it needs the apps populating.
+
+Layers. A module imports only from layers below its own (pyproject.toml's
+``[tool.importlinter]`` contracts, checked by ``lint-imports``); modules of one layer
+joined by ``|`` know nothing of each other, those joined by ``:`` may import each
+other. Top to bottom:
+
+============================  ===========================================================
+layer                         modules and their purpose
+============================  ===========================================================
+app config                    ``apps``: the AppConfig; ``ready()`` wires checks, signals,
+                              the SQLite clock and the tasks job-type resolver
+surfaces (``|``)              ``admin/``: the Django admin of jobs and schedules;
+                              ``management/``: ``runworkers`` and ``jobqueue`` commands;
+                              ``tasks/``: the django.tasks backend and its result mapping;
+                              ``checks``: system checks of settings, database, deployment;
+                              later ``gateway/``, ``console/``, ``metrics``
+worker                        ``worker/``: supervisor, foreman, executor, governor,
+                              heartbeats, job context, and listening for wake-ups
+producer verbs (``:``)        ``handle``: ``@job`` and ``JobHandle``'s verbs;
+                              ``ids/``: ``Queue``, the verbs of job ids, pages, cursors;
+                              ``schedules/``: cron and DST arithmetic, plans, declared
+                              plans, materialising due plans;
+                              ``maintenance``: operators' status, prune, retry, cancel
+create and transition (``:``) ``enqueue``: validate and build a job, then the manager
+                              creates it; ``storage``: claim, heartbeat, complete, fail
+store (``:``)                 ``models``: Job and ScheduleJob; ``managers``: creation
+                              under advisory locks, the guarded plan advance;
+                              ``unique``: seed 000's unique-key rules; ``locks``: advisory
+                              and SQLite locks; ``registry``: job descriptions and
+                              lookup; ``licence/``: the token, its checks, the CLI;
+                              ``wakeups``: sending a queue's wake-up after commit
+leaves (``:``)                ``conf``: the JOBQUEUE settings; ``durations``: the one
+                              duration parser; ``exceptions``: the typed errors;
+                              ``validation``: text, queue, payload and delay checks;
+                              ``signals``: the signals workers send; ``compat``: the
+                              tasks framework or its backport; ``dbclock``: the
+                              database clock ``Now``; ``backoff``: retry delays
+============================  ===========================================================
+
+Two more contracts: the worker imports no surface, and ``locks`` and ``models`` import
+no producer (``handle``, ``ids``, ``schedules``, ``enqueue``, ``storage``); ``ids`` and
+``schedules`` are independent of each other.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ class JobQueueConfig(AppConfig):
         Runs in every process that sets Django up, worker processes included, so a
         task's module path resolves to its job type wherever a job is looked up.
         """
-        # Imported here, as Django advises for receivers and checks: importing the app
+        # deferred: as Django advises for receivers and checks, importing the app
         # config (during app loading) must not register anything.
         from . import (
             checks,  # noqa: F401  (registers the system checks)
@@ -35,7 +35,8 @@ class JobQueueConfig(AppConfig):
         from .gateway.jobtypes import external_job_description  # no django-ninja needed
 
         register_job_type_resolver(external_job_description)
-        try:  # here too: the tasks framework (or its backport) loads once apps are ready
+        # deferred: the tasks framework (or its backport) loads once apps are ready.
+        try:
             from .tasks import task_job_description
         except ImproperlyConfigured:  # no tasks framework: Django 5.2 without the backport
             return

@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import router
 from django.utils import timezone
 
@@ -21,6 +22,7 @@ from .conf import get_config
 from .durations import Duration
 from .exceptions import InvalidOption, UnknownJobType
 from .managers import EnqueueResult, JobSpec
+from .models import Job
 from .registry import get_job_description
 from .unique import unique_options
 from .validation import check_delay, check_json, check_positive_int, check_queue, check_text
@@ -38,8 +40,6 @@ __all__ = [
 
 def jobs_database() -> str:
     """Return the alias that stores jobs: ``JOBQUEUE["DATABASE"]``, else the routers'."""
-    from .models import Job  # deferred: models need the app registry, this module not
-
     return get_config().DATABASE or router.db_for_write(Job)
 
 
@@ -137,8 +137,6 @@ def create_job(spec: JobSpec) -> EnqueueResult:
 
     Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob; seed 000 unique jobs.
     """
-    from .models import Job  # deferred: models need the app registry, this module not
-
     return Job.objects.create_job(spec)
 
 
@@ -209,6 +207,4 @@ async def aenqueue_job(
     queue: str | None, job_type: str, payload: Any = None, **options: Any
 ) -> EnqueueResult:
     """Async twin of :func:`enqueue_job`."""
-    from asgiref.sync import sync_to_async
-
     return await sync_to_async(enqueue_job)(queue, job_type, payload, **options)

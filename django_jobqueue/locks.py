@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, OperationalError, connections, transaction
 
+from .conf import get_config
 from .exceptions import LockTimeout
 
 T = TypeVar("T")
@@ -135,8 +136,6 @@ def retry_when_locked(
     Implements: seed 004, "Duplicate-job locking" (SQLite's single writer).
     """
     if timeout_ms is None:
-        from .conf import get_config
-
         timeout_ms = get_config().LOCK_TIMEOUT_MS
     start = time.monotonic()
     deadline = start + timeout_ms / 1000
@@ -270,7 +269,7 @@ def _sqlite_write_transaction(using: str, timeout_ms: int) -> Iterator[None]:
 
 
 def _pg_lock(using: str, names: list[str], timeout_ms: int) -> None:
-    from psycopg import errors as pg_errors
+    from psycopg import errors as pg_errors  # deferred: psycopg is optional (postgres extra)
 
     with connections[using].cursor() as cursor:
         # lock_timeout is set for this transaction only, then put back, so the

@@ -42,6 +42,7 @@ from . import locks, storage
 from .conf import get_config
 from .dbclock import Now
 from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
+from .schedules import set_enabled_plans
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -519,8 +520,6 @@ def enable_schedules(schedules: QuerySet[ScheduleJob]) -> int:
     A cron plan restarts at its next tick from now (ticks passed while disabled
     never run, even with ``catch_up``); see :func:`schedules.set_enabled_plans`.
     """
-    from .schedules import set_enabled_plans
-
     return set_enabled_plans(schedules, enabled=True)
 
 

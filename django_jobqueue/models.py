@@ -242,7 +242,7 @@ class ScheduleJob(models.Model):
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
 
-    objects: ScheduleJobManager[ScheduleJob] = ScheduleJobManager()
+    objects = ScheduleJobManager()
 
     class Meta:
         verbose_name = _("schedule")

@@ -84,6 +84,20 @@ def dead_hold_until(job: Job) -> dict[str, Any]:
     return {"id_held_until": Now() + keep}
 
 
+def _database(job: Job) -> str:
+    """Return the alias of the database ``job`` was read from.
+
+    Raises
+    ------
+    ValueError
+        If ``job`` was never saved or read (a worker only holds claimed rows).
+    """
+    using = job._state.db
+    if using is None:
+        raise ValueError(f"Job pk={job.pk} was not read from a database; claim it first.")
+    return using
+
+
 def _retry_sqlite(using: str, func: Any, *args: Any, **kwargs: Any) -> Any:
     # partial: an update's field names (say ``timeout_ms``) never meet the helper's.
     return locks.retry_when_locked(using, functools.partial(func, *args, **kwargs))
@@ -169,7 +183,7 @@ def _claim(
 
 
 def _guarded(job: Job) -> Any:
-    return Job.objects.using(job._state.db).filter(
+    return Job.objects.using(_database(job)).filter(
         pk=job.pk, status=JobStatus.PROCESSING, lease_token=job.lease_token
     )
 
@@ -183,7 +197,7 @@ def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[
     """
     if not jobs:
         return set(), set()
-    using = jobs[0]._state.db
+    using = _database(jobs[0])
     lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
     owned = Q()
     for job in jobs:
@@ -381,13 +395,13 @@ def _write_or_rerun(
     the lease was lost.
     """
     for _round in range(8):
-        if _retry_sqlite(job._state.db, _guarded(job).filter(rerun=False).update, **fields):
+        if _retry_sqlite(_database(job), _guarded(job).filter(rerun=False).update, **fields):
             return True
         if _retry_sqlite(
-            job._state.db, _guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)
+            _database(job), _guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)
         ):
             logger.info("rerun requested, job waits again jid=%s type=%s", job.jid, job.job_type)
-            notify_on_commit(job._state.db, job.queue)
+            notify_on_commit(_database(job), job.queue)
             return False
         if not _guarded(job).exists():
             break
@@ -396,7 +410,7 @@ def _write_or_rerun(
 
 
 def _write(job: Job, fields: dict[str, Any], what: str) -> bool:
-    updated = _retry_sqlite(job._state.db, _guarded(job).update, **fields)
+    updated = _retry_sqlite(_database(job), _guarded(job).update, **fields)
     if not updated:
         _log_lease_lost(job, what)
     return bool(updated)

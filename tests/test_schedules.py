@@ -512,7 +512,7 @@ def test_run_now__makes_one_job_and_keeps_the_next_run():
 
 def test_run_now__double_click_in_one_second_makes_one_job(monkeypatch):
     cron_plan("hourly", "0 * * * *", now=utc(2026, 1, 5, 9, 30))
-    monkeypatch.setattr(schedules.timezone, "now", lambda: utc(2026, 1, 5, 9, 40, 0))
+    monkeypatch.setattr(schedules.plans.timezone, "now", lambda: utc(2026, 1, 5, 9, 40, 0))
     jid = schedules.run_now(DB, "hourly")
     assert schedules.run_now(DB, "hourly") == jid
     assert ticks_of("hourly") == ["run-now:2026-01-05T09:40:00Z"]

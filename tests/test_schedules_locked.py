@@ -17,11 +17,16 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, connections, transaction
 
-from django_jobqueue import locks, schedules
+from django_jobqueue import locks
 from django_jobqueue.exceptions import LockTimeout
 from django_jobqueue.managers import JobManager
 from django_jobqueue.models import Job, ScheduleJob
-from django_jobqueue.schedules import ScheduleStatus, add_job_with_schedule, materialize_due
+from django_jobqueue.schedules import (
+    ScheduleStatus,
+    add_job_with_schedule,
+    materialize,
+    materialize_due,
+)
 from tests.testapp.jobtypes.schedules import tick  # noqa: F401  (registers schedules.tick)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -89,7 +94,7 @@ def test_materialize__deferred_sqlite_transaction_meets_another_writer(caplog):
     conn.ensure_connection()
     mode = conn.transaction_mode
     conn.transaction_mode = None  # what a bare startproject settings file gives
-    real_plan = schedules._materialize_plan
+    real_plan = materialize._materialize_plan
     calls: list[int] = []
 
     def other_writer() -> None:
@@ -109,10 +114,10 @@ def test_materialize__deferred_sqlite_transaction_meets_another_writer(caplog):
 
     caplog.set_level(logging.DEBUG, logger="django_jobqueue")
     try:
-        schedules._materialize_plan = plan_after_another_write
+        materialize._materialize_plan = plan_after_another_write
         made = materialize_due(DB)
     finally:
-        schedules._materialize_plan = real_plan
+        materialize._materialize_plan = real_plan
         conn.transaction_mode = mode
     assert made == 1
     assert len(calls) == 2  # the first transaction met "database is locked"

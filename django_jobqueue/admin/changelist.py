@@ -25,6 +25,7 @@ from django.utils.translation import gettext_lazy as _
 from ..conf import get_config
 from ..dbclock import Now
 from ..models import Job
+from ..registry import registered_job_types
 
 __all__ = [
     "EstimatedCountPaginator",
@@ -86,8 +87,6 @@ def _sample_values(jobs: QuerySet[Job], field: str) -> set[str]:
 
 def _known_job_types() -> dict[str, str | None]:
     """Return {job type: its queue} of the registry and ``JOBQUEUE["JOB_TYPES"]``."""
-    from ..registry import registered_job_types
-
     try:
         return {name: desc.queue for name, desc in registered_job_types().items()}
     except Exception:  # a broken declaration must not break the admin

@@ -29,6 +29,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from .. import maintenance
+from ..enqueue import jobs_database
 from ..models import Job, JobStatus
 from .changelist import EstimatedCountPaginator, JobTypeFilter, QueueFilter, UniqueKeyHeldFilter
 from .display import error_time, hidden, pretty, time_display
@@ -168,7 +169,7 @@ def _dotted(obj: Job) -> list[str]:
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobAdmin(admin.ModelAdmin):
     """Jobs: read-only, with actions to retry now, cancel and delete.
 
     A job's page has "Retry now" and "Cancel" buttons when they apply to the job
@@ -256,8 +257,6 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         """Jobs on the jobs' database."""
-        from ..enqueue import jobs_database
-
         return super().get_queryset(request).using(jobs_database())
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[Any]:

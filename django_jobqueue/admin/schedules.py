@@ -11,14 +11,13 @@ from django.utils.translation import gettext_lazy as _
 from .. import maintenance
 from ..exceptions import UnknownJobType
 from ..models import ScheduleJob
+from ..registry import get_job_description
 from .display import hidden, pretty
 
 __all__ = ["ScheduleJobAdmin"]
 
 
 def _schedule_is_secure(obj: ScheduleJob) -> bool:
-    from ..registry import get_job_description
-
     try:
         return get_job_description(obj.job_type).secure
     except UnknownJobType:
@@ -26,7 +25,7 @@ def _schedule_is_secure(obj: ScheduleJob) -> bool:
 
 
 @admin.register(ScheduleJob)
-class ScheduleJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ScheduleJobAdmin(admin.ModelAdmin):
     """Schedules: read-only here, with actions to enable, disable and run now."""
 
     list_display = (

@@ -21,6 +21,7 @@ from ninja.security import HttpBearer
 from .. import apitokens
 from ..conf import get_config
 from ..models import ApiToken
+from .body import declared_length
 from .errors import GatewayError, unauthorized
 
 __all__ = ["BearerToken", "require", "token_of"]
@@ -32,11 +33,7 @@ class BearerToken(HttpBearer):
     def __call__(self, request: HttpRequest) -> Any:
         """Check the body's declared size first, then the token (401 when absent)."""
         limit = get_config().GATEWAY.MAX_BODY_BYTES
-        try:
-            declared = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            declared = 0
-        if declared > limit:
+        if declared_length(request) > limit:
             raise GatewayError(
                 "body_too_large", f"The request body is over {limit} bytes.", field="body"
             )

@@ -18,7 +18,7 @@ from ninja.parser import Parser
 from ..conf import get_config
 from .errors import GatewayError
 
-__all__ = ["JsonBodyParser"]
+__all__ = ["JsonBodyParser", "declared_length"]
 
 
 def _too_large(limit: int) -> GatewayError:
@@ -27,6 +27,29 @@ def _too_large(limit: int) -> GatewayError:
         f"The request body is over {limit} bytes; split the batch.",
         field="body",
     )
+
+
+def declared_length(request: HttpRequest) -> int:
+    """Return the body size ``request`` declares in ``Content-Length``, bytes (0: none).
+
+    Raises
+    ------
+    GatewayError
+        ``bad_request`` (400) if the header is not a whole number >= 0: Django 5.2
+        would raise ``ValueError`` on reading such a body, a 500.
+    """
+    text = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        declared = int(text)
+    except ValueError:
+        declared = -1
+    if declared < 0:
+        raise GatewayError(
+            "bad_request",
+            f"Content-Length must be a whole number of bytes: got {text!r}.",
+            field="Content-Length",
+        )
+    return declared
 
 
 def _not_json(detail: str) -> GatewayError:
@@ -45,11 +68,7 @@ class JsonBodyParser(Parser):
             ``body_too_large`` (413) or ``not_json`` (415).
         """
         limit = get_config().GATEWAY.MAX_BODY_BYTES
-        try:
-            declared = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            declared = 0
-        if declared > limit:
+        if declared_length(request) > limit:
             raise _too_large(limit)
         content_type = request.content_type or ""
         if content_type != "application/json" and not (

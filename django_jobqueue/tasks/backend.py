@@ -21,6 +21,7 @@ from ..compat import (
     task_enqueued,
 )
 from ..exceptions import ImproperlyConfiguredJobQueue
+from ..validation import text_problem
 from .options import BACKEND_KEYS, OPTIONS_ATTRIBUTE, parse_options
 from .results import task_priority_to_job_priority, task_result_from_job
 
@@ -132,7 +133,8 @@ class JobQueueBackend(BaseTaskBackend):
 
         Implements: issue 7, "Enqueue".
         """
-        from ..enqueue import enqueue_job, jobs_database  # uses models (app registry): import late
+        # deferred: enqueue imports models, and TASKS may load this before apps are ready
+        from ..enqueue import enqueue_job, jobs_database
 
         self.validate_task(task)
         args = cast("list[Any]", normalize_json(list(args)))
@@ -184,14 +186,18 @@ class JobQueueBackend(BaseTaskBackend):
 
         Implements: issue 7, "Results".
         """
-        from ..enqueue import jobs_database  # uses models (app registry): import late
+        # deferred: enqueue imports models, and TASKS may load this before apps are ready
+        from ..enqueue import jobs_database
 
         return self._get_result(jobs_database(), result_id)
 
     async def aget_result(self, result_id: str) -> Any:
         """Async twin of :meth:`get_result`."""
-        from ..enqueue import jobs_database  # uses models (app registry): import late
-        from ..models import Job  # models need the app registry: import late
+        # deferred: enqueue imports models, and TASKS may load this before apps are ready
+        from ..enqueue import jobs_database
+
+        # deferred: TASKS may load this before apps are ready, and models need them
+        from ..models import Job
 
         try:
             job = await Job.objects.using(jobs_database()).aget(jid=_jid(result_id))
@@ -200,7 +206,8 @@ class JobQueueBackend(BaseTaskBackend):
         return task_result_from_job(job)
 
     def _get_result(self, using: str, result_id: str, *, task: Any = None) -> Any:
-        from ..models import Job  # models need the app registry: import late
+        # deferred: TASKS may load this before apps are ready, and models need them
+        from ..models import Job
 
         try:
             job = Job.objects.using(using).get(jid=_jid(result_id))
@@ -236,8 +243,8 @@ def _jid(result_id: Any) -> str:
     A jid is 32 hex digits: text no database can compare (NUL, lone surrogates) or
     longer than that matches no job, and must not reach the database as a query.
     """
-    from ..models import Job  # models need the app registry: import late
-    from ..validation import text_problem
+    # deferred: TASKS may load this before apps are ready, and models need them
+    from ..models import Job
 
     text = str(result_id)
     if len(text) > 32 or text_problem(text) is not None:

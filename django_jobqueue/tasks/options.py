@@ -42,7 +42,8 @@ def parse_options(options: Any, where: str) -> dict[str, Any]:
     ImproperlyConfiguredJobQueue
         If ``options`` is not a mapping, has an unknown key or an invalid value.
     """
-    from ..models import UniqueMode  # models need the app registry: import late
+    # deferred: TASKS may load this before apps are ready, and models need them
+    from ..models import UniqueMode
 
     if not isinstance(options, Mapping):
         raise ImproperlyConfiguredJobQueue(f"{where} must be a dict: got {type(options).__name__}.")

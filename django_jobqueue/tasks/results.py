@@ -96,7 +96,8 @@ def job_status_to_task_status(status: str) -> Any:
 
     Implements: issue 7, "Results" (status).
     """
-    from ..models import JobStatus  # models need the app registry: import late
+    # deferred: TASKS may load this before apps are ready, and models need them
+    from ..models import JobStatus
 
     statuses: dict[str, Any] = {
         JobStatus.INIT: TaskResultStatus.READY,

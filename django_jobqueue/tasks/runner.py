@@ -49,7 +49,8 @@ def task_job_description(name: str) -> JobDescription | None:
 
 def _record_attempt(job: Job) -> None:
     """Store this attempt's worker and start in the payload (Django's ``worker_ids``)."""
-    from ..models import Job, JobStatus  # models need the app registry: import late
+    # deferred: TASKS may load this before apps are ready, and models need them
+    from ..models import Job, JobStatus
 
     payload = dict(job.payload or {})
     earlier = max(job.attempt - 1, 0)
@@ -100,8 +101,11 @@ def run_task_job(payload: Any, ctx: Any) -> Any:
     """
     job = getattr(ctx, "job", None)
     if job is None:
-        from ..enqueue import jobs_database  # uses models (app registry): import late
-        from ..models import Job  # models need the app registry: import late
+        # deferred: enqueue imports models, and TASKS may load this before apps are ready
+        from ..enqueue import jobs_database
+
+        # deferred: TASKS may load this before apps are ready, and models need them
+        from ..models import Job
 
         job = Job.objects.using(jobs_database()).get(jid=ctx.jid)
     _record_attempt(job)
@@ -119,7 +123,8 @@ def run_task_job(payload: Any, ctx: Any) -> Any:
 @receiver(job_finished)
 def _send_task_finished(sender: Any, *, job: Job, status: str, **kwargs: Any) -> None:
     """Send Django's ``task_finished`` once a task's job has its final outcome stored."""
-    from ..models import FINISHED_STATUSES, Job  # models need the app registry: import late
+    # deferred: TASKS may load this before apps are ready, and models need them
+    from ..models import FINISHED_STATUSES, Job
 
     if status not in FINISHED_STATUSES or task_job_description(job.job_type) is None:
         return

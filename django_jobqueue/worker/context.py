@@ -6,8 +6,10 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .. import storage
+from ..enqueue import EnqueueResult, enqueue_job
+
 if TYPE_CHECKING:
-    from ..enqueue import EnqueueResult
     from ..models import Job
 
 __all__ = ["JobContext"]
@@ -79,8 +81,6 @@ class JobContext:
         Long handlers may call it between steps; the foreman also beats every
         ``HEARTBEAT_MS``. A cancel request seen here sets :attr:`cancelled`.
         """
-        from .. import storage
-
         alive, cancel = storage.heartbeat([self.job], lease_ms=self._lease_ms)
         if self.job.pk in cancel:
             self.mark_cancelled()
@@ -99,6 +99,4 @@ class JobContext:
         EnqueueResult
             ``{"status": "enqueued", "jid": ...}`` (or ``"deduplicated"``).
         """
-        from ..enqueue import enqueue_job
-
         return enqueue_job(queue, job_type, payload, **options)

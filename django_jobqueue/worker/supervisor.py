@@ -21,6 +21,8 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any
 
+import django
+from django.apps import apps
 from django.db import connections
 
 from .logsetup import add_default_handler
@@ -35,9 +37,6 @@ _BURST_MAX_CRASHES = 5
 
 
 def _child_main(options: dict[str, Any], log_level: int) -> None:
-    import django
-    from django.apps import apps
-
     if not apps.ready:  # spawn start method: a fresh interpreter
         django.setup()
     if hasattr(os, "setpgrp"):
@@ -52,6 +51,7 @@ def _child_main(options: dict[str, Any], log_level: int) -> None:
     # project's LOGGING afresh in django.setup() and may need the default handler.
     add_default_handler()
 
+    # deferred: a spawned child imports this module before django.setup() above
     from .foreman import Foreman, ForemanOptions
 
     Foreman(ForemanOptions(**options)).run()

@@ -28,12 +28,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from django_jobqueue import maintenance
+from django_jobqueue import maintenance, schedules
 from django_jobqueue.conf import get_config
 from django_jobqueue.durations import parse_duration
+from django_jobqueue.enqueue import jobs_database
 from django_jobqueue.exceptions import InvalidOption
+from django_jobqueue.licence import current_licence, describe_licence
 from django_jobqueue.management import tokens
-from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus
+from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +152,6 @@ def _add_database(parser: CommandParser) -> None:
 
 
 def _jobs_database(database: str | None) -> str:
-    from django_jobqueue.enqueue import jobs_database
-
     return database or jobs_database()
 
 
@@ -386,8 +386,6 @@ def _dead_jobs(count: int) -> str:
 
 @subcommand("licence", help="Say which edition (Core or Pro) is in force and until when.")
 def _licence(command: Command, **options: Any) -> None:
-    from django_jobqueue.licence import current_licence, describe_licence
-
     command.stdout.write(describe_licence(current_licence()))
 
 
@@ -430,9 +428,6 @@ def _schedules(
     as_json: bool,
     **options: Any,
 ) -> None:
-    from django_jobqueue import schedules
-    from django_jobqueue.models import ScheduleJob
-
     using = _jobs_database(database)
     names = enable or disable or run_now
     if names:
