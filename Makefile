@@ -14,8 +14,11 @@ test:
 demo:
 	exec env BURST="$(BURST)" scripts/demo
 
-# Only ruff: no database driver, so it needs no C headers either.
+# ruff, mypy (django-stubs) and import-linter's layer contracts (pyproject.toml). No
+# database driver, so it needs no C headers either.
 lint:
-	scripts/bootstrap lint
+	scripts/bootstrap lint gateway
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+	.venv/bin/lint-imports --no-cache
