@@ -14,10 +14,11 @@ test:
 demo:
 	exec env BURST="$(BURST)" scripts/demo
 
-# ruff, mypy (django-stubs) and import-linter's layer contracts (pyproject.toml). No
-# database driver, so it needs no C headers either.
+# ruff, mypy (django-stubs) and import-linter's layer contracts (pyproject.toml). mypy
+# reads the gateway's and psycopg's types (both wheels); no mysqlclient, so lint needs
+# no C headers.
 lint:
-	scripts/bootstrap lint gateway
+	scripts/bootstrap lint gateway postgres
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
