@@ -28,7 +28,8 @@ surfaces (``|``)              ``admin/``: the Django admin of jobs and schedules
                               ``management/``: ``runworkers`` and ``jobqueue`` commands;
                               ``tasks/``: the django.tasks backend and its result mapping;
                               ``checks``: system checks of settings, database, deployment;
-                              later ``gateway/``, ``console/``, ``metrics``
+                              ``gateway/``: the HTTP SDK gateway (routes, auth, errors);
+                              later ``console/`` and ``metrics``
 worker                        ``worker/``: supervisor, foreman, executor, governor,
                               heartbeats, job context, and listening for wake-ups
 producer verbs (``:``)        ``handle``: ``@job`` and ``JobHandle``'s verbs;
@@ -43,7 +44,8 @@ store (``:``)                 ``models``: Job and ScheduleJob; ``managers``: cre
                               ``unique``: seed 000's unique-key rules; ``locks``: advisory
                               and SQLite locks; ``registry``: job descriptions and
                               lookup; ``licence/``: the token, its checks, the CLI;
-                              ``wakeups``: sending a queue's wake-up after commit
+                              ``wakeups``: sending a queue's wake-up after commit;
+                              ``apitokens``: the gateway's hashed API tokens
 leaves (``:``)                ``conf``: the JOBQUEUE settings; ``durations``: the one
                               duration parser; ``exceptions``: the typed errors;
                               ``validation``: text, queue, payload and delay checks;
@@ -52,7 +54,7 @@ leaves (``:``)                ``conf``: the JOBQUEUE settings; ``durations``: th
                               database clock ``Now``; ``backoff``: retry delays
 ============================  ===========================================================
 
-Two more contracts: the worker imports no surface, and ``locks`` and ``models`` import
+Three more contracts: the worker imports no surface, and ``locks`` and ``models`` import
 no producer (``handle``, ``ids``, ``schedules``, ``enqueue``, ``storage``); ``ids`` and
 ``schedules`` are independent of each other.
 """
