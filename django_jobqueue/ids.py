@@ -326,6 +326,9 @@ class Queue:
         if id is None:
             _insert(spec, self._hold_fields())
             return True
+        added = _add_in_one_statement(spec, self._hold_fields())
+        if added is not None:
+            return added
 
         def body() -> bool:
             row = _holder(spec.using, spec.queue, id)
@@ -740,6 +743,13 @@ def _insert(spec: JobSpec, hold_fields: dict[str, Any]) -> str:
     jid = Job.objects.insert_held(spec, **hold_fields)
     logger.debug("job added jid=%s queue=%s type=%s", jid, spec.queue, spec.job_type)
     return jid
+
+
+def _add_in_one_statement(spec: JobSpec, hold_fields: dict[str, Any]) -> bool | None:
+    """PostgreSQL: ``add`` as one statement, or None when the locked path must decide."""
+    from .models import Job
+
+    return Job.objects.add_unless_held(spec, **hold_fields)
 
 
 def _wake_if_due(using: str, queue: str, due: bool) -> None:
