@@ -34,7 +34,7 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from .enqueue import EnqueueResult, aenqueue_job, enqueue_job
+    from .enqueue import EnqueueResult, aenqueue_job, aenqueue_many, enqueue_job, enqueue_many
     from .handle import JobHandle, job
     from .registry import JobDescription
 
@@ -54,7 +54,9 @@ __all__ = [
     "UnknownJobType",
     "WrongDatabase",
     "aenqueue_job",
+    "aenqueue_many",
     "enqueue_job",
+    "enqueue_many",
     "job",
 ]
 
@@ -63,6 +65,8 @@ _LAZY = {
     "EnqueueResult": "enqueue",
     "aenqueue_job": "enqueue",
     "enqueue_job": "enqueue",
+    "aenqueue_many": "enqueue",
+    "enqueue_many": "enqueue",
     "JobHandle": "handle",
     "job": "handle",
     "JobDescription": "registry",

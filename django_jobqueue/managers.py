@@ -10,8 +10,9 @@ created under :func:`django_jobqueue.locks.creation_lock`:
 3. a re-check of the holders, clearing any stale hold (an id past ``dedupe``/``keep``,
    a unique key past its TTL);
 4. the insert (:mod:`django_jobqueue.rawinsert`, one raw statement). The unique
-   indexes over (queue, hash) are the last line: an insert that loses a race the locks let through (MySQL, caller's transaction held open)
-   fails there and is answered as the duplicate it is.
+   indexes over (queue, hash) are the last line: an insert that loses a race the
+   locks let through (MySQL, caller's transaction held open) fails there and is
+   answered as the duplicate it is.
 
 On PostgreSQL steps 1 to 4 are first tried as one statement
 (:func:`~django_jobqueue.rawinsert.insert_unless_held`): the locks tried without a

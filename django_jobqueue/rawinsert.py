@@ -261,7 +261,7 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
             sql = plan.head + "VALUES " + ", ".join(values)
             if notify:
                 sql = (  # noqa: S608 - quoted names and placeholders only
-                    f"WITH j AS ({sql} RETURNING 1) SELECT "
+                    f"WITH j AS ({sql} RETURNING 1) SELECT "  # noqa: S608 - quoted names, placeholders
                     + ", ".join(["pg_notify(%s, %s)"] * len(notify))
                     + " FROM (SELECT 1 FROM j LIMIT 1) AS one"
                 )
@@ -333,7 +333,7 @@ def insert_unless_held(
             "AND (job_id_hash = %s OR unique_key_hash = %s)),",
             f"i AS ({plan.head}SELECT {values[1:-1]} FROM l",  # noqa: S608 - placeholders
             "WHERE l.ok AND NOT EXISTS (SELECT 1 FROM h) RETURNING 1)",
-            f"SELECT l.ok, (SELECT count({'pg_notify(%s, %s)' if notify else '*'}) FROM i),",
+            f"SELECT l.ok, (SELECT count({'pg_notify(%s, %s)' if notify else '*'}) FROM i),",  # noqa: S608
             "h.jid, h.status, h.holds_id, h.holds_key FROM l LEFT JOIN h ON true",
         ]
     )
