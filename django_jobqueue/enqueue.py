@@ -268,7 +268,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
             job_type = options.pop("job_type", None)
             payload = options.pop("payload", None)
             _check_options(options, _MANY_OPTIONS)
-            specs.append(build_job(queue, job_type, payload, **options))  # type: ignore[arg-type]
+            specs.append(build_job(queue, job_type, payload, **options))
         except JobQueueError as exc:
             exc.args = (f"jobs[{index}]: {exc.args[0] if exc.args else exc}", *exc.args[1:])
             exc.index = index  # type: ignore[attr-defined]

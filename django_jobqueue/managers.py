@@ -362,9 +362,9 @@ class JobManager(models.Manager[_M]):
             if holders is None:
                 return EnqueueResult(status="enqueued", jid=jid)
             for kind, index in (("id", 2), ("unique_key", 3)):
-                for holder in holders:
-                    if holder[index]:
-                        return _answer_holder(spec, (kind, holder[0]))
+                for found in holders:
+                    if found[index]:
+                        return _answer_holder(spec, (kind, found[0]))
         holder = self._live_holder(spec)  # seed 004 CheckDuplicateJob: cheap, lock-free
         if holder is not None:
             return _answer_holder(spec, holder)

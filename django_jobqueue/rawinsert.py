@@ -81,10 +81,9 @@ class _Plan:
         meta = Job._meta
         self.fields = [f for f in meta.concrete_fields if not f.primary_key]
         self.by_name = {f.attname: f for f in self.fields}
-        columns = ", ".join(quote(f.column) for f in self.fields)
-        self.head = f"INSERT INTO {quote(meta.db_table)} ({columns}) "
-        self.table = quote(meta.db_table)
-        self.columns = [quote(f.column) for f in self.fields]
+        columns = ", ".join(quote(str(f.column)) for f in self.fields)
+        self.table = quote(str(meta.db_table))
+        self.head = f"INSERT INTO {self.table} ({columns}) "
         #: Prepared defaults of the constant columns; None renders as a NULL literal.
         self.constants = {
             f.attname: f.get_db_prep_save(f.get_default(), conn)
