@@ -79,7 +79,7 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from .enqueue import EnqueueResult, aenqueue_job, enqueue_job
+    from .enqueue import EnqueueResult, aenqueue_job, aenqueue_many, enqueue_job, enqueue_many
     from .handle import JobHandle, job
     from .registry import JobDescription
 
@@ -99,7 +99,9 @@ __all__ = [
     "UnknownJobType",
     "WrongDatabase",
     "aenqueue_job",
+    "aenqueue_many",
     "enqueue_job",
+    "enqueue_many",
     "job",
 ]
 
@@ -108,6 +110,8 @@ _LAZY = {
     "EnqueueResult": "enqueue",
     "aenqueue_job": "enqueue",
     "enqueue_job": "enqueue",
+    "aenqueue_many": "enqueue",
+    "enqueue_many": "enqueue",
     "JobHandle": "handle",
     "job": "handle",
     "JobDescription": "registry",

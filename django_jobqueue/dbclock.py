@@ -55,13 +55,22 @@ from django.db.backends.signals import connection_created
 from django.db.models.functions import Now as DjangoNow
 from django.utils import timezone
 
-__all__ = ["SQLITE_FUNCTION", "Now", "connect", "install"]
+__all__ = ["SQLITE_FUNCTION", "Now", "connect", "install", "statement_number"]
 
 #: The SQL function that ``Now`` calls on SQLite.
 SQLITE_FUNCTION = "django_jobqueue_now"
 
 _STATEMENT_ATTR = "_django_jobqueue_clock_statement"
 _statements = itertools.count(1)
+
+
+def statement_number() -> int:
+    """Return a fresh statement number for ``django_jobqueue_now(%s)`` in raw SQL.
+
+    A raw statement that calls the SQLite clock passes one such number to every
+    call in it, as a compiled ``Now`` does, so all its times are one instant.
+    """
+    return next(_statements)
 
 
 class Now(DjangoNow):
@@ -76,7 +85,7 @@ class Now(DjangoNow):
         # One number per compiled statement (its compiler): one instant per statement.
         statement = getattr(compiler, _STATEMENT_ATTR, None)
         if statement is None:
-            statement = next(_statements)
+            statement = statement_number()
             setattr(compiler, _STATEMENT_ATTR, statement)
         return f"{SQLITE_FUNCTION}(%s)", (statement,)
 

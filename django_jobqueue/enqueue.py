@@ -11,6 +11,7 @@ arguments into a :class:`~django_jobqueue.managers.JobSpec` (the checks of
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,7 +21,7 @@ from django.utils import timezone
 
 from .conf import get_config
 from .durations import Duration
-from .exceptions import InvalidOption, UnknownJobType
+from .exceptions import InvalidOption, InvalidRequest, JobQueueError, UnknownJobType
 from .managers import EnqueueResult, JobSpec
 from .models import Job
 from .registry import get_job_description
@@ -31,9 +32,11 @@ __all__ = [
     "EnqueueResult",
     "JobSpec",
     "aenqueue_job",
+    "aenqueue_many",
     "build_job",
     "create_job",
     "enqueue_job",
+    "enqueue_many",
     "jobs_database",
 ]
 
@@ -191,16 +194,91 @@ def enqueue_job(
 
     Implements: seed 000 (enqueue_job, unique jobs); seed 004 Foreman.AddJob.
     """
-    allowed = {
+    _check_options(options, _OPTIONS)
+    return create_job(build_job(queue, job_type, payload, **options))
+
+
+#: The options of :func:`enqueue_job`.
+_OPTIONS = frozenset(
+    {
         "delay", "at", "priority", "max_retry", "expires_ms", "timeout_ms",
         "unique_key", "unique_mode", "unique_ttl_ms",
-    }  # fmt: skip
+    }
+)  # fmt: skip
+#: The options of a job of :func:`enqueue_many`: those, and a seed 002 id.
+_MANY_OPTIONS = _OPTIONS | {"job_id"}
+
+
+def _check_options(options: dict[str, Any], allowed: frozenset[str]) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise InvalidOption(
             f"Unknown enqueue options {unknown}; the options are {sorted(allowed)}."
         )
-    return create_job(build_job(queue, job_type, payload, **options))
+
+
+def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
+    """Enqueue a batch of jobs, all or nothing; inside ``transaction.atomic()`` it joins it.
+
+    Every job is validated before anything is written. Ids and unique keys are
+    deduplicated against the table and within the batch (the first job of the batch
+    that carries an id or key takes it), under all the batch's creation locks taken
+    once in sorted order; the rows go in by multi-row INSERTs; each queue with a due
+    job gets one wake-up when the transaction commits (:mod:`django_jobqueue.bulk`).
+
+    Parameters
+    ----------
+    jobs:
+        One mapping per job: ``{"queue": ..., "job_type": ..., "payload": ...,
+        **options}``, with the options of :func:`enqueue_job` and ``job_id`` (a
+        seed 002 id, 1 to 1,024 bytes). ``queue`` may be left out or None (the job
+        type's queue); ``payload`` defaults to None.
+
+    Returns
+    -------
+    list of EnqueueResult
+        One per job, in order: ``enqueued`` with the new jid, or ``deduplicated``
+        with the jid of the job holding its unique key or its id (where
+        :func:`enqueue_job` would raise ``DuplicateJob`` for an id, a batch answers).
+
+    Raises
+    ------
+    UnknownJobType, InvalidPayload, InvalidOption, InvalidJobId, InvalidRequest, ProRequired
+        As :func:`enqueue_job`, for the first invalid job; the error's ``index``
+        attribute is its position in ``jobs`` and its message starts
+        ``jobs[<index>]: ``. Nothing is written.
+    LockTimeout, WrongDatabase
+        See :func:`create_job`; nothing is written.
+
+    Implements: issue 15 "Bulk enqueue"; seed 000 unique jobs; seed 004 CreateJob.
+    """
+    from .bulk import create_many  # deferred: it needs the models at call time only
+
+    specs = []
+    for index, job in enumerate(jobs):
+        try:
+            if not isinstance(job, Mapping):
+                raise InvalidRequest(
+                    f"A job must be a mapping with 'job_type': got {type(job).__name__}."
+                )
+            options = dict(job)
+            queue = options.pop("queue", None)
+            job_type = options.pop("job_type", None)
+            payload = options.pop("payload", None)
+            _check_options(options, _MANY_OPTIONS)
+            specs.append(build_job(queue, job_type, payload, **options))
+        except JobQueueError as exc:
+            exc.args = (f"jobs[{index}]: {exc.args[0] if exc.args else exc}", *exc.args[1:])
+            exc.index = index  # type: ignore[attr-defined]
+            raise
+    return create_many(specs)
+
+
+async def aenqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
+    """Async twin of :func:`enqueue_many`."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(enqueue_many)(jobs)
 
 
 async def aenqueue_job(

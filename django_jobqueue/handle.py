@@ -12,14 +12,14 @@ apps' ``jobs`` modules import it while the registry autodiscovers them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
 from .durations import Duration
-from .enqueue import EnqueueResult, enqueue_job
+from .enqueue import EnqueueResult, enqueue_job, enqueue_many
 from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption
 from .ids import JobView, Page, Queue
 from .registry import UNSET, JobDescription, describe, register
@@ -58,6 +58,36 @@ class JobHandle:
         """
         queue = options.pop("queue", None)
         return enqueue_job(queue, self.name, payload, **options)
+
+    def enqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[EnqueueResult]:
+        """Enqueue one job of this type per payload, all or nothing; see :func:`enqueue_many`.
+
+        Parameters
+        ----------
+        payloads:
+            The jobs' payloads (JSON values), in order.
+        **options:
+            ``queue`` and the options of :func:`~django_jobqueue.enqueue.enqueue_job`,
+            the same for every job (a ``unique_key`` given here would deduplicate
+            every job after the first).
+
+        Returns
+        -------
+        list of EnqueueResult
+            One per payload, in order.
+
+        Raises
+        ------
+        InvalidRequest, LockTimeout, WrongDatabase
+            As :func:`django_jobqueue.enqueue.enqueue_many`; nothing is written.
+        """
+        return enqueue_many(
+            [{"job_type": self.name, "payload": payload, **options} for payload in payloads]
+        )
+
+    async def aenqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[EnqueueResult]:
+        """Async twin of :meth:`enqueue_many`."""
+        return await sync_to_async(self.enqueue_many)(list(payloads), **options)
 
     def schedule(self, payload: Any = None, *, at: datetime, **options: Any) -> ScheduleJob:
         """Plan one job of this type at ``at``; see :func:`schedules.add_job_with_schedule`.

@@ -280,8 +280,15 @@ def _pg_lock(using: str, names: list[str], timeout_ms: int) -> None:
         )
         previous = cursor.fetchone()[0]
         try:
-            for name in names:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key(name)])
+            if len(names) == 1:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key(names[0])])
+            else:
+                # One statement for all: the function scan yields the keys in the
+                # names' sorted order, and each lock is taken in turn.
+                cursor.execute(
+                    "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS t(k)",
+                    [[lock_key(name) for name in names]],
+                )
         except DatabaseError as exc:
             if isinstance(exc.__cause__, pg_errors.LockNotAvailable):
                 raise LockTimeout(

@@ -9,12 +9,18 @@ created under :func:`django_jobqueue.locks.creation_lock`:
 2. the locks of its (queue, id) and (queue, unique key), in sorted order;
 3. a re-check of the holders, clearing any stale hold (an id past ``dedupe``/``keep``,
    a unique key past its TTL);
-4. the insert. The unique indexes over (queue, hash) are the last line: an insert
-   that loses a race the locks let through (MySQL, caller's transaction held open)
-   fails there and is answered as the duplicate it is.
+4. the insert (:mod:`django_jobqueue.rawinsert`, one raw statement). The unique
+   indexes over (queue, hash) are the last line: an insert that loses a race the
+   locks let through (MySQL, caller's transaction held open) fails there and is
+   answered as the duplicate it is.
 
-A due job then wakes idle workers once the transaction commits
-(:func:`django_jobqueue.wakeups.notify_on_commit`).
+On PostgreSQL steps 1 to 4 are first tried as one statement
+(:func:`~django_jobqueue.rawinsert.insert_unless_held`): the locks tried without a
+wait, the holders read, the row inserted when there is none. Only a lock another
+creator holds, or a stale hold to clear, takes the path above.
+
+A due job then wakes idle workers once the transaction commits: on PostgreSQL its
+``pg_notify`` rides the insert statement, which PostgreSQL delivers at commit only.
 
 Django's own ``create()``, ``bulk_create()``, ``get_or_create()`` and
 ``update_or_create()`` would make a job with none of that: on jobs they raise
@@ -39,7 +45,7 @@ from . import locks
 from .conf import get_config
 from .dbclock import Now
 from .exceptions import DirectCreateRefused, DuplicateJob, WrongDatabase
-from .wakeups import notify_on_commit
+from .rawinsert import Row, insert_rows, insert_unless_held
 
 __all__ = [
     "CreateRefusingQuerySet",
@@ -273,28 +279,92 @@ class JobManager(models.Manager[_M]):
         """
         jid = uuid.uuid4().hex
         self._insert(spec, jid, hold_fields)
-        self._wake(spec)
         return jid
+
+    def add_unless_held(self, spec: JobSpec, **hold_fields: Any) -> bool | None:
+        """PostgreSQL's one-statement ``add``: insert ``spec`` unless its id is held.
+
+        For :meth:`django_jobqueue.ids.Queue.add`: the lock of (queue, id) tried
+        without a wait, the holder read and the row inserted in one statement
+        (:func:`~django_jobqueue.rawinsert.insert_unless_held`); inside the caller's
+        transaction, in a savepoint that a holder rolls back, so the lock is freed.
+
+        Returns
+        -------
+        bool or None
+            True if inserted; False if a live, not cancelled job holds the id; None
+            when the verb's own locked path must decide (another database, the lock
+            taken by another creator, a stale or cancelled hold, a lost race).
+
+        Raises
+        ------
+        WrongDatabase
+            If the caller's transaction is open on another alias than the jobs'.
+        """
+        if connections[spec.using].vendor != "postgresql" or spec.job_id is None:
+            return None
+        check_transaction(spec.using)
+        holders = self._pg_fast(spec, uuid.uuid4().hex, hold_fields)
+        if holders is None:
+            return True
+        if any(holds_id and status != "cancelled" for _jid, status, holds_id, _k in holders):
+            return False
+        return None
 
     # -- the create path -------------------------------------------------------
 
     def _insert(self, spec: JobSpec, jid: str, hold_fields: dict[str, Any]) -> None:
-        # The one route into the table: Model.save, past the refused create().
-        self.model(**spec.model_fields(jid), **hold_fields).save(
-            force_insert=True, using=spec.using
+        # The one route into the table: the raw insert of the row the ORM would write
+        # (Model.save of spec.model_fields), with a due job's wake-up.
+        insert_rows(
+            spec.using,
+            [Row(spec, jid, hold_fields)],
+            wake_queues=[spec.queue] if spec.due_now else (),
         )
 
-    def _wake(self, spec: JobSpec) -> None:
-        if spec.due_now:
-            notify_on_commit(spec.using, spec.queue)
+    def _pg_fast(
+        self, spec: JobSpec, jid: str, hold_fields: dict[str, Any]
+    ) -> list[tuple[str, str, bool, bool]] | None:
+        """Try lock, holder check and insert as one statement; None: inserted.
+
+        Returns the holders read, empty when the lock was taken by another creator
+        or the unique index refused the row (the locked path then decides).
+        """
+        names = sorted(hold_lock_names(spec.queue, job_id=spec.job_id, unique_key=spec.unique_key))
+        keys = [locks.lock_key(name) for name in names]
+        row = Row(spec, jid, hold_fields)
+        try:
+            if not connections[spec.using].in_atomic_block:
+                # Autocommit: the statement is its own transaction, and the locks end with it.
+                locked, inserted, holders = insert_unless_held(row, keys, wake=spec.due_now)
+            else:
+                with transaction.atomic(using=spec.using):
+                    locked, inserted, holders = insert_unless_held(row, keys, wake=spec.due_now)
+                    if not inserted:
+                        # Roll the savepoint back: it frees the locks at once.
+                        raise _Held(("", ""))
+        except _Held:
+            pass
+        except IntegrityError:
+            return []
+        if inserted:
+            return None
+        return holders if locked else []
 
     def _create(self, spec: JobSpec, timeout_ms: int, hold_fields: dict[str, Any]) -> EnqueueResult:
         jid = uuid.uuid4().hex
         names = hold_lock_names(spec.queue, job_id=spec.job_id, unique_key=spec.unique_key)
         if not names:
             self._insert(spec, jid, hold_fields)
-            self._wake(spec)
             return EnqueueResult(status="enqueued", jid=jid)
+        if connections[spec.using].vendor == "postgresql":
+            holders = self._pg_fast(spec, jid, hold_fields)
+            if holders is None:
+                return EnqueueResult(status="enqueued", jid=jid)
+            for kind, index in (("id", 2), ("unique_key", 3)):
+                for found in holders:
+                    if found[index]:
+                        return _answer_holder(spec, (kind, found[0]))
         holder = self._live_holder(spec)  # seed 004 CheckDuplicateJob: cheap, lock-free
         if holder is not None:
             return _answer_holder(spec, holder)
@@ -321,7 +391,6 @@ class JobManager(models.Manager[_M]):
                 logger.info("hold gone after a unique violation, retrying queue=%s", spec.queue)
                 continue
             break
-        self._wake(spec)
         return EnqueueResult(status="enqueued", jid=jid)
 
     def _live_holder(self, spec: JobSpec) -> tuple[str, str] | None:

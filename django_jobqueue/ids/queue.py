@@ -193,6 +193,11 @@ class Queue:
         if id is None:
             insert(spec, self._hold_fields())
             return True
+        # PostgreSQL: lock, holder check and insert in one statement; None: the locked
+        # path below decides (another creator holds the lock, or a stale hold).
+        added = Job.objects.add_unless_held(spec, **self._hold_fields())
+        if added is not None:
+            return added
 
         def body() -> bool:
             row = holder(spec.using, spec.queue, id)

@@ -1,0 +1,195 @@
+"""Bulk creation: many validated jobs in one transaction, under all their locks at once.
+
+:func:`create_many` is the body of :func:`django_jobqueue.enqueue.enqueue_many`. It
+keeps the guarantees of one creation (:mod:`django_jobqueue.managers`) for a whole
+batch:
+
+1. every lock name of the batch (its ids and unique keys) is taken once, in sorted
+   order, by one :func:`~django_jobqueue.locks.creation_lock` around the batch's
+   transaction (the caller's, when open: a savepoint of it);
+2. the holders of all the batch's hashes are read in one query per chunk of
+   hashes; stale holds are cleared;
+3. the jobs are walked in order: a job whose id or key is held, by a live row of
+   the table or by an earlier job of the batch, is answered ``deduplicated`` with
+   the holder's jid, and takes no row;
+4. the others are inserted by multi-row INSERTs (:func:`~django_jobqueue.rawinsert.insert_rows`),
+   with one wake-up per queue that has a due job, sent when the transaction commits.
+
+The unique indexes over (queue, hash) stay the last line: an insert they refuse
+(a MySQL creator the locks let through) rolls the batch's savepoint back, and the
+batch is made again from step 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import IntegrityError, connections, transaction
+from django.db.models import BooleanField, ExpressionWrapper, Q
+
+from . import locks
+from .conf import get_config
+from .dbclock import Now
+from .managers import EnqueueResult, JobSpec, check_transaction, hold_hash, hold_lock_names
+from .rawinsert import Row, insert_rows
+
+__all__ = ["create_many"]
+
+logger = logging.getLogger(__name__)
+
+#: Batches made again when the unique index refused an insert the locks let through.
+_INTEGRITY_RETRIES = 3
+#: Hashes per holder query (SQLite's oldest variable limit is 999).
+_HASHES_PER_QUERY = 400
+
+
+def create_many(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+    """Insert the jobs of ``specs`` in one transaction; answer each, in order.
+
+    Parameters
+    ----------
+    specs:
+        Validated jobs (:func:`~django_jobqueue.enqueue.build_job`), all on one
+        database alias.
+
+    Returns
+    -------
+    list of EnqueueResult
+        One per spec, in order: ``enqueued`` with the new jid, or ``deduplicated``
+        with the jid of the job holding its id or unique key (a row of the table or
+        an earlier job of the batch).
+
+    Raises
+    ------
+    LockTimeout
+        If the creation locks, or SQLite's write lock, were not had in time.
+        Nothing is written.
+    WrongDatabase
+        If the caller's transaction is open on another alias than the jobs'.
+
+    Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob, for a batch.
+    """
+    if not specs:
+        return []
+    using = specs[0].using
+    check_transaction(using)
+    timeout_ms = get_config().LOCK_TIMEOUT_MS
+    return locks.retry_when_locked(using, _create, specs, timeout_ms, timeout_ms=timeout_ms)
+
+
+def _create(specs: Sequence[JobSpec], timeout_ms: int) -> list[EnqueueResult]:
+    using = specs[0].using
+    names = sorted(
+        {
+            name
+            for spec in specs
+            for name in hold_lock_names(spec.queue, job_id=spec.job_id, unique_key=spec.unique_key)
+        }
+    )
+    for attempt in range(1, _INTEGRITY_RETRIES + 1):
+        try:
+            if names:
+                with locks.creation_lock(using, names, timeout_ms=timeout_ms):
+                    return _create_locked(specs)
+            with transaction.atomic(using=using):
+                return _create_locked(specs)
+        except IntegrityError:
+            if attempt == _INTEGRITY_RETRIES or connections[using].needs_rollback:
+                raise
+            logger.info("a hold was taken meanwhile, making the batch again (%s jobs)", len(specs))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _create_locked(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+    using = specs[0].using
+    live = _live_holders(using, specs)
+    results: list[EnqueueResult] = []
+    rows: list[Row] = []
+    for spec in specs:
+        holds = _holds(spec)
+        holder = next((live[hold] for hold in holds if hold in live), None)
+        if holder is not None:
+            results.append(EnqueueResult(status="deduplicated", jid=holder))
+            continue
+        jid = uuid.uuid4().hex
+        for hold in holds:
+            live[hold] = jid  # later jobs of the batch with this id or key: deduplicated
+        rows.append(Row(spec, jid))
+        results.append(EnqueueResult(status="enqueued", jid=jid))
+    insert_rows(using, rows, wake_queues=[row.spec.queue for row in rows if row.spec.due_now])
+    return results
+
+
+def _holds(spec: JobSpec) -> list[tuple[str, str, str]]:
+    """The holds of a job: ("id" | "uk", queue, hash), the id's first."""
+    holds = []
+    if spec.job_id is not None:
+        holds.append(("id", spec.queue, hold_hash(spec.job_id)))
+    if spec.unique_key is not None:
+        holds.append(("uk", spec.queue, hold_hash(spec.unique_key)))
+    return holds
+
+
+def _live_holders(using: str, specs: Sequence[JobSpec]) -> dict[tuple[str, str, str], str]:
+    """Return the jid of each live hold of the batch's ids and keys; clear the stale ones."""
+    from .models import Job  # deferred: models need the app registry
+
+    wanted = {hold for spec in specs for hold in _holds(spec)}
+    if not wanted:
+        return {}
+    hashes = sorted({hold[2] for hold in wanted})
+    queues = sorted({hold[1] for hold in wanted})
+    id_live = Q(id_held_until__isnull=True) | Q(id_held_until__gt=Now())
+    key_live = Q(unique_expires_at__gt=Now())
+    live: dict[tuple[str, str, str], str] = {}
+    stale_ids: list[int] = []
+    stale_keys: list[int] = []
+    for start in range(0, len(hashes), _HASHES_PER_QUERY):
+        chunk = hashes[start : start + _HASHES_PER_QUERY]
+        rows = (
+            Job.objects.using(using)
+            .filter(Q(job_id_hash__in=chunk) | Q(unique_key_hash__in=chunk), queue__in=queues)
+            .annotate(
+                id_live=ExpressionWrapper(id_live, output_field=BooleanField()),
+                key_live=ExpressionWrapper(key_live, output_field=BooleanField()),
+            )
+            .values_list(
+                "pk", "jid", "queue", "job_id_hash", "unique_key_hash", "id_live", "key_live"
+            )
+        )
+        for pk, jid, queue, id_hash, key_hash, id_is_live, key_is_live in rows:
+            _note(live, stale_ids, wanted, ("id", queue, id_hash), pk, jid, id_is_live)
+            _note(live, stale_keys, wanted, ("uk", queue, key_hash), pk, jid, key_is_live)
+    _clear(using, stale_ids, "job_id_hash", Q(id_held_until__lte=Now()))
+    _clear(using, stale_keys, "unique_key_hash", Q(unique_expires_at__lte=Now()))
+    return live
+
+
+def _note(
+    live: dict[tuple[str, str, str], str],
+    stale: list[int],
+    wanted: set[tuple[str, str, str]],
+    hold: tuple[str, str, Any],
+    pk: int,
+    jid: str,
+    is_live: Any,
+) -> None:
+    if hold[2] is None or hold not in wanted:
+        return
+    if is_live:
+        # An id holder answers before a key holder: the id's hold is noted first.
+        live.setdefault(hold, jid)
+    else:
+        stale.append(pk)
+
+
+def _clear(using: str, pks: list[int], column: str, still_stale: Q) -> None:
+    from .models import Job  # deferred: models need the app registry
+
+    for start in range(0, len(pks), _HASHES_PER_QUERY):
+        Job.objects.using(using).filter(
+            still_stale, pk__in=pks[start : start + _HASHES_PER_QUERY]
+        ).update(**{column: None, "updated_at": Now()})

@@ -1,0 +1,349 @@
+"""The insert of jobs as raw SQL: one statement per job or per chunk, no ORM compilation.
+
+:class:`~django_jobqueue.managers.JobManager` writes every job through here. The
+statement goes through Django's own ``connections[using].cursor()``, so it joins
+the caller's transaction, shows in ``CaptureQueriesContext`` and passes Django's
+execute wrappers; what does not change between calls (the column list, the SQL of a
+row of each shape, the prepared defaults) is computed once per alias and vendor.
+
+The row is the one the ORM writes (``Model.save(force_insert=True)`` of
+``JobSpec.model_fields``), column for column: every column not set by the spec
+gets its field's default prepared by the field itself (``get_db_prep_save``: JSON
+as Django's ``JSONField`` stores it, booleans as the driver sends them); the
+payload and an ``at`` datetime are prepared by their fields on each call; the times
+are the database clock of :mod:`django_jobqueue.dbclock`, one instant per
+statement (``STATEMENT_TIMESTAMP()``, ``CURRENT_TIMESTAMP(6)``, and on SQLite
+``django_jobqueue_now(n)`` with one fresh ``n`` per statement), and ``now + delay``
+is rendered as Django renders ``Now() + timedelta`` on each vendor.
+
+Wake-ups. On PostgreSQL the ``pg_notify`` of a due job rides the insert itself
+(``WITH j AS (INSERT ... RETURNING 1) SELECT pg_notify(...) FROM j``): PostgreSQL
+delivers a NOTIFY only when its transaction commits, so one statement in
+autocommit, or the caller's transaction, gives the same guarantee as
+``on_commit`` (a rollback sends nothing) without a second statement. The
+in-process :data:`~django_jobqueue.wakeups.local_event` is set from
+``transaction.on_commit``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.utils.duration import duration_microseconds
+
+from . import dbclock
+from .conf import get_config
+from .wakeups import CHANNEL, local_event
+
+__all__ = ["Row", "insert_rows", "insert_unless_held", "rows_per_statement", "wake_local"]
+
+#: Rows per multi-row INSERT at most (PostgreSQL, MySQL; SQLite also by its variable limit).
+MAX_ROWS = 1000
+#: Bytes of payload per MySQL statement at most, well under ``max_allowed_packet`` (16 MB).
+MAX_STATEMENT_BYTES = 4 * 1024 * 1024
+
+#: Columns the spec sets on every insert; every other column takes its default.
+_VARIABLE = frozenset(
+    {
+        "jid", "queue", "job_type", "job_id", "job_id_hash", "payload", "priority",
+        "max_retry", "timeout_ms", "secure", "run_at", "expires_at", "unique_key",
+        "unique_key_hash", "unique_mode", "unique_expires_at", "dedupe_ms", "keep_ms",
+        "created_at", "updated_at",
+    }
+)  # fmt: skip
+#: The further fields a caller may store with a job (``JobManager.create_job``'s hold_fields).
+_HOLD_FIELDS = ("dedupe_ms", "keep_ms")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One job to insert: its spec, its new jid and its hold fields (``dedupe_ms``, ``keep_ms``)."""
+
+    spec: Any  # managers.JobSpec (this module imports no manager)
+    jid: str
+    hold_fields: dict[str, Any] = field(default_factory=dict)
+
+
+class _Plan:
+    """What an insert on one alias and vendor never recomputes."""
+
+    def __init__(self, using: str) -> None:
+        from .models import Job  # deferred: models need the app registry
+
+        conn = connections[using]
+        self.vendor = conn.vendor
+        quote = conn.ops.quote_name
+        meta = Job._meta
+        self.fields = [f for f in meta.concrete_fields if not f.primary_key]
+        self.by_name = {f.attname: f for f in self.fields}
+        columns = ", ".join(quote(str(f.column)) for f in self.fields)
+        self.table = quote(str(meta.db_table))
+        self.head = f"INSERT INTO {self.table} ({columns}) "
+        #: Prepared defaults of the constant columns; None renders as a NULL literal.
+        self.constants = {
+            f.attname: f.get_db_prep_save(f.get_default(), conn)
+            for f in self.fields
+            if f.attname not in _VARIABLE
+        }
+        if self.vendor == "postgresql":
+            self.now = "STATEMENT_TIMESTAMP()"
+            self.plus = "(STATEMENT_TIMESTAMP() + %s)"
+        elif self.vendor == "mysql":
+            self.now = "CURRENT_TIMESTAMP(6)"
+            self.plus = "(CURRENT_TIMESTAMP(6) + INTERVAL %s MICROSECOND)"
+        else:
+            self.now = f"{dbclock.SQLITE_FUNCTION}(%s)"
+            self.plus = f"(django_format_dtdelta('+', {dbclock.SQLITE_FUNCTION}(%s), %s))"
+        self.max_params = conn.features.max_query_params
+        self.shapes: dict[tuple[Any, ...], str] = {}
+        self.lock = threading.Lock()
+
+    def duration(self, delta: timedelta) -> Any:
+        """A duration parameter as Django's ``Now() + timedelta`` passes it."""
+        return delta if self.vendor == "postgresql" else duration_microseconds(delta)
+
+    def row(self, row: Row, statement: int, params: list[Any], conn: Any) -> str:
+        """Append ``row``'s parameters to ``params``; return the SQL of its VALUES tuple."""
+        spec = row.spec
+        hold = row.hold_fields
+        unknown = set(hold) - set(_HOLD_FIELDS)
+        if unknown:
+            raise TypeError(
+                f"Unknown job fields {sorted(unknown)}; only {_HOLD_FIELDS} are stored."
+            )
+        shape = (spec.at is None, spec.expires_ms is None, spec.unique_key is None)
+        sql = self.shapes.get(shape)
+        parts: list[str] | None = [] if sql is None else None
+        sqlite = self.vendor == "sqlite"
+        from .managers import hold_hash  # deferred: managers import this module
+
+        for f in self.fields:
+            name = f.attname
+            if name not in _VARIABLE:
+                value = self.constants[name]
+                if value is None:
+                    if parts is not None:
+                        parts.append("NULL")
+                else:
+                    params.append(value)
+                    if parts is not None:
+                        parts.append("%s")
+                continue
+            text = "%s"
+            if name in ("created_at", "updated_at"):
+                text = self.now
+                if sqlite:
+                    params.append(statement)
+            elif name == "run_at":
+                if spec.at is None:
+                    text = self.plus
+                    if sqlite:
+                        params.append(statement)
+                    params.append(self.duration(spec.delay))
+                else:
+                    params.append(f.get_db_prep_save(spec.at, conn))
+            elif name == "expires_at" or name == "unique_expires_at":
+                ms = spec.expires_ms if name == "expires_at" else spec.unique_ttl_ms
+                if name == "unique_expires_at" and spec.unique_key is None:
+                    ms = None
+                if ms is None:
+                    text = "NULL"
+                else:
+                    text = self.plus
+                    if sqlite:
+                        params.append(statement)
+                    params.append(self.duration(timedelta(milliseconds=ms)))
+            elif name == "payload":
+                params.append(f.get_db_prep_save(spec.payload, conn))
+            elif name == "jid":
+                params.append(row.jid)
+            elif name == "job_id_hash":
+                params.append(None if spec.job_id is None else hold_hash(spec.job_id))
+            elif name == "unique_key_hash":
+                params.append(None if spec.unique_key is None else hold_hash(spec.unique_key))
+            elif name == "unique_mode":
+                params.append(spec.unique_mode if spec.unique_key is not None else "")
+            elif name in _HOLD_FIELDS:
+                params.append(hold.get(name))
+            else:  # queue, job_type, job_id, priority, max_retry, timeout_ms, secure, unique_key
+                params.append(getattr(spec, name))
+            if parts is not None:
+                parts.append(text)
+        if sql is None:
+            sql = "(" + ", ".join(parts or ()) + ")"
+            with self.lock:
+                self.shapes[shape] = sql
+        return sql
+
+
+_plans: dict[tuple[str, str], _Plan] = {}
+
+
+def _plan(using: str) -> _Plan:
+    key = (using, connections[using].vendor)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _Plan(using)
+    return plan
+
+
+def _notifies(using: str) -> bool:
+    return connections[using].vendor == "postgresql" and get_config().NOTIFY
+
+
+def wake_local(using: str) -> None:
+    """Set :data:`~django_jobqueue.wakeups.local_event` once ``using``'s transaction commits."""
+    transaction.on_commit(local_event.set, using=using)
+
+
+def rows_per_statement(using: str, sample: Row) -> int:
+    """Return how many rows like ``sample`` one multi-row INSERT on ``using`` carries."""
+    plan = _plan(using)
+    if plan.max_params is None:
+        return MAX_ROWS
+    params: list[Any] = []
+    plan.row(sample, 0, params, connections[using])
+    return max(1, min(MAX_ROWS, plan.max_params // max(len(params), 1)))
+
+
+def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = ()) -> None:
+    """Insert ``rows`` on ``using`` in as few statements as the database allows.
+
+    Parameters
+    ----------
+    using:
+        Database alias of the jobs; the statements run in its current transaction
+        (autocommit when none is open: then more than one statement needs the
+        caller's ``atomic`` to be all or nothing).
+    rows:
+        The jobs, inserted in this order.
+    wake_queues:
+        Queues to wake once the transaction commits: on PostgreSQL a ``pg_notify``
+        per queue rides the first statement (or the only one); every vendor sets
+        the in-process event from ``on_commit``.
+
+    Raises
+    ------
+    IntegrityError
+        If a row breaks a unique index (a hold taken by a creator the locks let through).
+    """
+    queues = list(dict.fromkeys(wake_queues))
+    if not rows and not queues:
+        return
+    plan = _plan(using)
+    conn = connections[using]
+    notify = queues if _notifies(using) else []
+    limit = rows_per_statement(using, rows[0]) if rows else MAX_ROWS
+    with conn.cursor() as cursor:
+        start = 0
+        while start < len(rows) or notify:
+            statement = dbclock.statement_number()
+            params: list[Any] = []
+            values: list[str] = []
+            size = 0
+            while start < len(rows) and len(values) < limit and size < MAX_STATEMENT_BYTES:
+                values.append(plan.row(rows[start], statement, params, conn))
+                if plan.vendor == "mysql":  # a rough size: max_allowed_packet bounds a statement
+                    size += len(str(rows[start].spec.payload)) + 512
+                start += 1
+            if not values:  # nothing left to insert, only the wake-ups
+                cursor.execute(
+                    "SELECT " + ", ".join(["pg_notify(%s, %s)"] * len(notify)),
+                    [p for q in notify for p in (CHANNEL, q)],
+                )
+                break
+            sql = plan.head + "VALUES " + ", ".join(values)
+            if notify:
+                sql = (  # noqa: S608 - quoted names and placeholders only
+                    f"WITH j AS ({sql} RETURNING 1) SELECT "  # noqa: S608 - quoted names, placeholders
+                    + ", ".join(["pg_notify(%s, %s)"] * len(notify))
+                    + " FROM (SELECT 1 FROM j LIMIT 1) AS one"
+                )
+                params.extend(p for q in notify for p in (CHANNEL, q))
+                notify = []
+            cursor.execute(sql, params)
+    if queues:
+        wake_local(using)
+
+
+def insert_unless_held(
+    row: Row, lock_keys: Sequence[int], *, wake: bool
+) -> tuple[bool, bool, list[tuple[str, str, bool, bool]]]:
+    """PostgreSQL: try the creation locks, read the holders and insert, in one statement.
+
+    The locks are tried, never waited for (``pg_try_advisory_xact_lock``, in the
+    sorted order of their names: a later key is tried only once the earlier ones
+    are held). Once they are all held, the statement reads every row holding the
+    id's or the key's hash, and inserts ``row`` only when there is none at all. Its
+    snapshot is the statement's start, so a holder committed while the locks were
+    tried is not seen; the unique index over (queue, hash) then refuses the insert
+    (the last line, as in :mod:`django_jobqueue.locks`).
+
+    Parameters
+    ----------
+    row:
+        The job, with an id or a unique key or both.
+    lock_keys:
+        :func:`django_jobqueue.locks.lock_key` of its lock names, in the names' order.
+    wake:
+        Whether a ``pg_notify`` of its queue rides the insert (a due job).
+
+    Returns
+    -------
+    tuple
+        ``(locked, inserted, holders)``: whether every lock was had, whether the row
+        was inserted, and ``(jid, status, holds_id, holds_key)`` of each row that
+        carries the id's or the key's hash (live or stale hold).
+
+    Raises
+    ------
+    IntegrityError
+        If the unique index refused the insert (a holder committed meanwhile).
+    """
+    spec = row.spec
+    using = spec.using
+    plan = _plan(using)
+    conn = connections[using]
+    from .managers import hold_hash  # deferred: managers import this module
+
+    lock = "true"
+    for _key in reversed(lock_keys):  # nested: a later key is tried once the earlier is held
+        lock = f"CASE WHEN pg_try_advisory_xact_lock(%s) THEN {lock} ELSE false END"
+    lock_params = list(lock_keys)
+    id_hash = None if spec.job_id is None else hold_hash(spec.job_id)
+    key_hash = None if spec.unique_key is None else hold_hash(spec.unique_key)
+    params: list[Any] = [*lock_params, id_hash, key_hash, spec.queue, id_hash, key_hash]
+    values = plan.row(row, 0, params, conn)
+    notify = wake and _notifies(using)
+    now = "STATEMENT_TIMESTAMP()"
+    sql = " ".join(
+        [
+            f"WITH l AS MATERIALIZED (SELECT {lock} AS ok),",
+            "h AS MATERIALIZED (SELECT jid, status,",
+            "COALESCE(job_id_hash = %s AND (id_held_until IS NULL",
+            f"OR id_held_until > {now}), false) AS holds_id,",
+            f"COALESCE(unique_key_hash = %s AND unique_expires_at > {now}, false) AS holds_key",
+            f"FROM {plan.table}, l WHERE l.ok AND queue = %s",  # noqa: S608 - quoted names
+            "AND (job_id_hash = %s OR unique_key_hash = %s)),",
+            f"i AS ({plan.head}SELECT {values[1:-1]} FROM l",  # noqa: S608 - placeholders
+            "WHERE l.ok AND NOT EXISTS (SELECT 1 FROM h) RETURNING 1)",
+            f"SELECT l.ok, (SELECT count({'pg_notify(%s, %s)' if notify else '*'}) FROM i),",  # noqa: S608
+            "h.jid, h.status, h.holds_id, h.holds_key FROM l LEFT JOIN h ON true",
+        ]
+    )
+    if notify:
+        params.extend([CHANNEL, spec.queue])
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        result = cursor.fetchall()
+    locked = bool(result[0][0])
+    inserted = bool(result[0][1])
+    holders = [(r[2], r[3], r[4], r[5]) for r in result if r[2] is not None]
+    if inserted and wake:
+        wake_local(using)
+    return locked, inserted, holders
