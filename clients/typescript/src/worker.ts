@@ -101,7 +101,7 @@ const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
 
 function errorText(error: unknown): { message: string; name: string } {
   if (error instanceof Error) {
-    return { message: (error.stack ?? `${error.name}: ${error.message}`).slice(0, MAX_ERROR), name: error.name.slice(0, 200) };
+    return { message: (error.message || error.name).slice(0, MAX_ERROR), name: error.name.slice(0, 200) };
   }
   return { message: String(error).slice(0, MAX_ERROR), name: typeof error };
 }
