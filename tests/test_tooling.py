@@ -233,6 +233,34 @@ def test_pytest_summary__fails_when_the_output_has_no_summary(tmp_path: Path) ->
     assert "no pytest summary line" in result.stderr
 
 
+NODE_TAP = """TAP version 13
+# Subtest: producer calls
+    # Subtest: enqueue
+    ok 1 - enqueue
+    # tests 9
+    # pass 9
+ok 1 - producer calls
+not ok 2 - worker
+1..2
+# tests 7
+# suites 1
+# pass 4
+# fail 1
+# cancelled 1
+# skipped 1
+# todo 0
+# duration_ms 1234.5
+"""
+
+
+@pytest.mark.vendor("sqlite")
+def test_pytest_summary__reads_node_test_tap_totals() -> None:
+    result = pytest_summary(NODE_TAP)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "4 passed, 2 failed, 1 skipped in 1.2s (node --test)"
+    assert parsed_counts(result) == {**NONE, "passed": 4, "failed": 2, "skipped": 1}
+
+
 def scripts_test(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run scripts/test on SQLite alone, in its own temporary folder and database."""
     env = {
