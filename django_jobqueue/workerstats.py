@@ -340,9 +340,10 @@ def _upsert(using: str, rows: list[tuple[_Key, _Counts]]) -> None:
         params.append(connection.ops.adapt_datetimefield_value(minute))
         params.extend([queue, job_type])
         params.extend(counts.values[name] for name in _COUNTERS)
-    head = f"INSERT INTO {table} ({', '.join(quote(c) for c in columns)}) VALUES " + ", ".join(
-        [placeholders] * len(rows)
-    )
+    # Only quoted column names of the model go into the text; every value is a parameter.
+    names = ", ".join(quote(c) for c in columns)
+    values = ", ".join([placeholders] * len(rows))
+    head = f"INSERT INTO {table} ({names}) VALUES {values}"  # noqa: S608
     if connection.vendor == "mysql":
         sets = ", ".join(f"{quote(c)} = {quote(c)} + VALUES({quote(c)})" for c in _COUNTERS)
         sql = f"{head} ON DUPLICATE KEY UPDATE {sets}"
