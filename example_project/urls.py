@@ -8,6 +8,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("console/", include("django_jobqueue.console.urls")),
     path("sdk/", include("django_jobqueue.gateway.urls")),
     path("", include("example_project.newsletter.urls")),
 ]

@@ -8,5 +8,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("console/", include("django_jobqueue.console.urls")),
     path("sdk/", include("django_jobqueue.gateway.urls")),
 ]
