@@ -6,13 +6,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import router
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from ..conf import get_config
 from ..licence import is_pro
 from ..models import Job, ScheduleJob
+from ..overview import jobs_database
 from ..workerstats import gone_workers, live_workers
 from . import queries
 from .access import PERMISSIONS, staff_required
@@ -28,7 +27,7 @@ REFRESH_S = 5
 
 def using() -> str:
     """Return the database alias of the jobs (``JOBQUEUE["DATABASE"]``, else routers)."""
-    return get_config().DATABASE or router.db_for_write(Job)
+    return jobs_database()
 
 
 def context(request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
