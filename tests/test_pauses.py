@@ -51,3 +51,21 @@ def test_pause_queue__rejects_bad_names():
         pauses.pause_queue("default", "")
     with pytest.raises(InvalidOption, match="1 to 100 characters"):
         pauses.resume_queue("default", "x" * 101)
+
+
+def test_command__pauses_and_resumes():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command("jobqueue", "pause", "mail", stdout=out)
+    call_command("jobqueue", "pause", "mail", stdout=out)
+    call_command("jobqueue", "resume", "mail", stdout=out)
+    assert out.getvalue().splitlines() == [
+        "Queue mail paused.",
+        "Queue mail was already paused.",
+        "Queue mail resumed.",
+    ]
+    with pytest.raises(CommandError, match="1 to 100 characters"):
+        call_command("jobqueue", "pause", "x" * 101)
