@@ -86,6 +86,10 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_TIMEOUT_MS": 30_000,
     # The HTTP SDK gateway (django_jobqueue.gateway); keys in GATEWAY_DEFAULTS.
     "GATEWAY": {},
+    # How long the per-minute job statistics (JobStat: charts, metrics) are kept.
+    "STATS_RETENTION": "7d",
+    # Bearer token of the Prometheus endpoint (django_jobqueue.metrics); "": staff only.
+    "METRICS_TOKEN": "",
 }
 
 #: Defaults of ``JOBQUEUE["GATEWAY"]``.
@@ -120,7 +124,7 @@ _INT_KEYS = {
     "LOCK_TIMEOUT_MS": 0,
     "SHUTDOWN_TIMEOUT_MS": 0,
 }
-_DURATION_KEYS = ("KEEP", "RETENTION")
+_DURATION_KEYS = ("KEEP", "RETENTION", "STATS_RETENTION")
 _QUEUE_OPTION_KEYS = frozenset({"dedupe", "keep"})
 
 
@@ -214,6 +218,8 @@ class JobQueueSettings:
     NOTIFY: bool
     SHUTDOWN_TIMEOUT_MS: int
     GATEWAY: GatewaySettings
+    STATS_RETENTION: timedelta
+    METRICS_TOKEN: str
     _queue_defaults: QueueOptions = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     def queue_options(self, queue: str) -> QueueOptions:
@@ -239,7 +245,7 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
     jitter = values["BACKOFF_JITTER"]
     if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
         errors.append(f"JOBQUEUE['BACKOFF_JITTER'] must be a number in 0..1: got {jitter!r}.")
-    for key in ("DEFAULT_QUEUE", "LICENCE_KEY"):
+    for key in ("DEFAULT_QUEUE", "LICENCE_KEY", "METRICS_TOKEN"):
         if not isinstance(values[key], str):
             errors.append(f"JOBQUEUE[{key!r}] must be a string: got {values[key]!r}.")
     if values["DATABASE"] is not None and not isinstance(values["DATABASE"], str):
@@ -321,6 +327,8 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             NOTIFY=values["NOTIFY"],
             SHUTDOWN_TIMEOUT_MS=values["SHUTDOWN_TIMEOUT_MS"],
             GATEWAY=gateway,
+            STATS_RETENTION=durations["STATS_RETENTION"],  # type: ignore[arg-type]
+            METRICS_TOKEN=values["METRICS_TOKEN"],
             _queue_defaults=defaults,
         ),
         [],

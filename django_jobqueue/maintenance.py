@@ -59,6 +59,7 @@ __all__ = [
     "busy_workers",
     "prune",
     "queue_status",
+    "release_unique_keys",
     "retry_jobs",
     "run_schedules_now",
 ]
@@ -540,3 +541,18 @@ def run_schedules_now(schedules: QuerySet[ScheduleJob]) -> int:
     Implements: issue 2 item 6 (ScheduleJob admin actions).
     """
     return schedules.update(schedule_at=Now(), updated_at=Now())
+
+
+def release_unique_keys(jobs: QuerySet[Job]) -> int:
+    """End the unique-key holds of ``jobs`` (seed 000 Pro console); return how many.
+
+    The jobs themselves are left as they are; a new job with the key can then be
+    enqueued. One guarded ``update()`` on the rows that hold a key.
+
+    Implements: issue 13 item 6 "unique locks: ... release one".
+    """
+    released = jobs.filter(unique_key_hash__isnull=False).update(
+        unique_key_hash=None, unique_expires_at=None, updated_at=Now()
+    )
+    logger.info("unique keys released count=%s", released)
+    return released

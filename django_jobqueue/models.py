@@ -45,8 +45,11 @@ __all__ = [
     "FINISHED_STATUSES",
     "WAITING_STATUSES",
     "ApiToken",
+    "DURATION_BUCKETS_MS",
     "Job",
+    "JobStat",
     "JobStatus",
+    "QueuePause",
     "ScheduleJob",
     "UniqueMode",
     "Worker",
@@ -191,6 +194,11 @@ class Job(models.Model):
             models.Index(fields=["queue", "status", "finished_at"], name="jq_job_queue_idx"),
             models.Index(fields=["job_type", "status"], name="jq_job_type_idx"),
         ]
+        permissions = [
+            ("retry_job", _("Can retry jobs")),
+            ("cancel_job", _("Can cancel jobs")),
+            ("pause_queue", _("Can pause and resume queues")),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["queue", "job_id_hash"], name="jq_job_id_uniq"),
             models.UniqueConstraint(fields=["queue", "unique_key_hash"], name="jq_job_ukey_uniq"),
@@ -248,6 +256,7 @@ class ScheduleJob(models.Model):
         verbose_name = _("schedule")
         verbose_name_plural = _("schedules")
         indexes = [models.Index(fields=["enabled", "schedule_at"], name="jq_sched_due_idx")]
+        permissions = [("manage_schedule", _("Can enable, disable and run schedules"))]
 
     def __str__(self) -> str:
         return self.name
@@ -330,3 +339,64 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+#: Upper bounds (ms, inclusive) of :class:`JobStat`'s duration buckets, one column
+#: each (``le_<bound>``), then ``le_inf`` for the rest. Counts are per bucket, not
+#: cumulative; Prometheus' cumulative ``le`` series are summed at scrape time.
+DURATION_BUCKETS_MS = (10, 100, 1_000, 10_000, 60_000, 300_000)
+
+
+class JobStat(models.Model):
+    """Per-minute outcome counters of one (queue, job type): issue 13 "stats that
+    survive pruning".
+
+    Written in batches by :class:`django_jobqueue.workerstats.StatsBuffer` (one
+    upsert per flush that adds to the counters), read by the console's charts, the
+    Pro dedupe audit and the Prometheus endpoint. ``minute`` is the UTC minute the
+    outcomes happened in; rows older than ``STATS_RETENTION`` are pruned.
+    """
+
+    minute = models.DateTimeField(_("minute"))
+    queue = models.CharField(_("queue"), max_length=100)
+    job_type = models.CharField(_("job type"), max_length=200)
+    done = models.PositiveBigIntegerField(_("done"), default=0)
+    failed = models.PositiveBigIntegerField(_("failed"), default=0)
+    retried = models.PositiveBigIntegerField(_("retried"), default=0)
+    #: Enqueues turned away by an id or a unique key held by another job.
+    deduplicated = models.PositiveBigIntegerField(_("deduplicated"), default=0)
+    duration_ms_sum = models.PositiveBigIntegerField(_("duration sum (ms)"), default=0)
+    le_10 = models.PositiveBigIntegerField(default=0)
+    le_100 = models.PositiveBigIntegerField(default=0)
+    le_1000 = models.PositiveBigIntegerField(default=0)
+    le_10000 = models.PositiveBigIntegerField(default=0)
+    le_60000 = models.PositiveBigIntegerField(default=0)
+    le_300000 = models.PositiveBigIntegerField(default=0)
+    le_inf = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("job statistic")
+        verbose_name_plural = _("job statistics")
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "queue", "job_type"], name="jq_stat_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.queue} {self.job_type}"
+
+
+class QueuePause(models.Model):
+    """A paused queue: workers claim none of its jobs while the row exists (issue 13
+    "queue pause and resume"). Enqueueing into it still works."""
+
+    queue = models.CharField(_("queue"), max_length=100, unique=True)
+    paused_at = models.DateTimeField(_("paused at"), db_default=Now())
+    #: Who paused it: a user name, ``cli`` or a gateway token's name.
+    paused_by = models.CharField(_("paused by"), max_length=200, blank=True, default="")
+
+    class Meta:
+        verbose_name = _("paused queue")
+        verbose_name_plural = _("paused queues")
+
+    def __str__(self) -> str:
+        return self.queue

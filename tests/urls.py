@@ -8,5 +8,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("console/", include("django_jobqueue.console.urls")),
+    path("metrics/", include("django_jobqueue.metrics")),
     path("sdk/", include("django_jobqueue.gateway.urls")),
 ]

@@ -15,9 +15,11 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import ConfigDict, Field
 
+from .. import pauses
 from ..exceptions import InvalidPayload, JobQueueError, UnknownJobType
 from ..ids import JobView, Queue
 from ..models import Job
+from ..overview import jobs_database
 from ..validation import check_queue, check_text
 from .auth import require
 from .errors import GatewayError, from_jobqueue_error
@@ -192,3 +194,35 @@ def list_jobs(request: HttpRequest, queue: str, filters: Query[ListQuery]) -> An
         "jobs": [_view(view, view.jid in secure) for view in page.jobs],
         "next": page.next,
     }
+
+
+class PauseOut(Schema):
+    """Body of ``POST /sdk/queues/{queue}/pause|resume``."""
+
+    paused: bool = Field(description="Whether the queue is paused now.")
+    changed: bool = Field(description="Whether this call changed it.")
+
+
+@router.post(
+    "/queues/{queue}/pause",
+    response={200: PauseOut, **ERRORS},
+    summary="Pause a queue (admin scope)",
+    operation_id="queue_pause",
+)
+def queue_pause(request: HttpRequest, queue: str) -> Any:
+    """Workers stop claiming the queue's jobs within a second; enqueueing still works."""
+    _checked(request, "admin", queue)
+    changed = pauses.pause_queue(jobs_database(), queue, by="gateway")
+    return {"paused": True, "changed": changed}
+
+
+@router.post(
+    "/queues/{queue}/resume",
+    response={200: PauseOut, **ERRORS},
+    summary="Resume a paused queue (admin scope)",
+    operation_id="queue_resume",
+)
+def queue_resume(request: HttpRequest, queue: str) -> Any:
+    """Workers claim the queue's jobs again."""
+    _checked(request, "admin", queue)
+    return {"paused": False, "changed": pauses.resume_queue(jobs_database(), queue)}

@@ -34,7 +34,7 @@ from django_jobqueue.durations import parse_duration
 from django_jobqueue.enqueue import jobs_database
 from django_jobqueue.exceptions import InvalidOption
 from django_jobqueue.licence import current_licence, describe_licence
-from django_jobqueue.management import tokens
+from django_jobqueue.management import pausing, tokens
 from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 
 logger = logging.getLogger(__name__)
@@ -480,6 +480,12 @@ def _schedules(
 subcommand(
     "token", help="Create, list or revoke the SDK gateway's API tokens.", arguments=tokens.arguments
 )(tokens.handle)
+
+
+subcommand(
+    "pause", help="Pause a queue: workers stop claiming its jobs.", arguments=pausing.arguments
+)(pausing.pause)
+subcommand("resume", help="Resume a paused queue.", arguments=pausing.arguments)(pausing.resume)
 
 
 # The command --------------------------------------------------------------------

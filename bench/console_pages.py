@@ -1,0 +1,97 @@
+"""Time every console page and the metrics endpoint over a big job table on PostgreSQL.
+
+Modelled on bench/admin_changelist.py (whose fill and measure it reuses): a scratch
+database of ``--rows`` jobs, then all but ``--waiting`` of the waiting ones are made
+done, and a day of JobStat rows is added. Each page is fetched as a superuser::
+
+    .venv/bin/python bench/console_pages.py                    # 1,000,000 jobs, 10,000 waiting
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from admin_changelist import ensure_database, fill, measure  # noqa: E402
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/jq_bench_console"
+
+
+def main() -> int:
+    """Fill (if needed) and time the console pages."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=DEFAULT_URL, help="Scratch PostgreSQL database URL.")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="Jobs in the table.")
+    parser.add_argument("--waiting", type=int, default=10_000, help="Waiting jobs among them.")
+    parser.add_argument("--repeat", type=int, default=5, help="Timed requests per page.")
+    args = parser.parse_args()
+
+    ensure_database(args.url)
+    os.environ["DATABASE_URL"] = args.url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import django
+
+    django.setup()
+    from datetime import UTC, datetime
+
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+
+    from django_jobqueue.models import Job, JobStat
+    from django_jobqueue.workerstats import StatsBuffer
+
+    call_command("migrate", verbosity=0)
+    if Job.objects.count() != args.rows:
+        fill(args.rows)
+        table = Job._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET status = 'done', waiting = false, finished_at = now() "  # noqa: S608
+                f"WHERE waiting AND id > (SELECT id FROM {table} WHERE waiting "
+                "ORDER BY id OFFSET %s LIMIT 1)",
+                [args.waiting],
+            )
+            cursor.execute(f"ANALYZE {table}")
+        JobStat.objects.all().delete()
+        now = datetime.now(UTC).timestamp()
+        for minute in range(24 * 60):
+            buffer = StatsBuffer(clock=lambda m=minute: now - 60 * m)
+            for queue in ("default", "emails", "reports", "webhooks"):
+                buffer.record(queue, "emails.send", "done", 30)
+                buffer.record(queue, "emails.send", "failed", 300)
+            buffer.flush("default")
+    user = User.objects.filter(username="bench").first() or User.objects.create_superuser("bench")
+    client = Client()
+    client.force_login(user)
+    dead = Job.objects.filter(status="max_retry").values_list("jid", flat=True).first()
+    pages = [
+        "/console/",
+        "/console/jobs/",
+        "/console/jobs/?state=dead",
+        "/console/jobs/?state=waiting&queue=emails",
+        "/console/jobs/?queue=reports&job_type=reports.build&sort=id",
+        f"/console/jobs/?q={dead}",
+        f"/console/jobs/{dead}/",
+        "/console/workers/",
+        "/console/schedules/",
+        "/metrics/",
+    ]
+    waiting = Job.objects.filter(waiting=True).count()
+    print(f"{Job.objects.count():,} jobs, {waiting:,} waiting")
+    print(f"{'page':60} {'median ms':>10} {'max ms':>8} {'SQL ms':>8} {'stmts':>6} status")
+    for page in pages:
+        median, slowest, sql, statements, status = measure(client, page, args.repeat)
+        print(f"{page:60} {median:10.1f} {slowest:8.1f} {sql:8.1f} {statements:6d} {status}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

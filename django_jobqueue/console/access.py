@@ -1,0 +1,91 @@
+"""Who may see and do what in the console: staff only, one permission per action."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.views import redirect_to_login
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.db.models import Model
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import reverse
+
+from ..licence import is_pro
+
+__all__ = ["PERMISSIONS", "log_action", "pro_only", "staff_required"]
+
+#: The permission each console action needs (``django_jobqueue.<codename>``).
+PERMISSIONS = {
+    "retry": "django_jobqueue.retry_job",
+    "cancel": "django_jobqueue.cancel_job",
+    "delete": "django_jobqueue.delete_job",
+    "pause": "django_jobqueue.pause_queue",
+    "resume": "django_jobqueue.pause_queue",
+    "schedule": "django_jobqueue.manage_schedule",
+    "release": "django_jobqueue.change_job",
+}
+
+View = Callable[..., HttpResponse]
+
+
+def staff_required(permission: str | None = None) -> Callable[[View], View]:
+    """Wrap a view: anonymous users go to the admin login, non-staff get 403.
+
+    ``permission``, when given, names a :data:`PERMISSIONS` key the user must also
+    hold (else 403); superusers hold every permission.
+    """
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            user = request.user
+            if not user.is_authenticated:
+                return redirect_to_login(request.get_full_path(), reverse("admin:login"))
+            if not (user.is_active and user.is_staff):
+                raise PermissionDenied("The console is for staff.")
+            if permission is not None and not user.has_perm(PERMISSIONS[permission]):
+                raise PermissionDenied(f"This needs the {PERMISSIONS[permission]} permission.")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+def pro_only(view: View) -> View:
+    """Wrap a view so it answers 404 unless a valid Pro licence is installed."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not is_pro():
+            raise Http404("Not found.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def log_action(
+    request: HttpRequest,
+    model: type[Model],
+    message: str,
+    *,
+    obj: Model | None = None,
+    flag: int = CHANGE,
+) -> None:
+    """Write one entry of Django's admin log for a console action by ``request.user``.
+
+    ``obj`` is the object acted on; None for an action on a selection or a queue
+    (the message then says what was acted on). Never put a payload in ``message``.
+    """
+    LogEntry.objects.create(
+        user_id=request.user.pk,  # type: ignore[misc]
+        content_type=ContentType.objects.get_for_model(model),
+        object_id=None if obj is None else str(obj.pk),
+        object_repr=(str(obj) if obj is not None else str(model._meta.verbose_name_plural))[:200],
+        action_flag=flag,
+        change_message=message,
+    )

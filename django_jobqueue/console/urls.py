@@ -1,0 +1,25 @@
+"""Console URLs: ``path("console/", include("django_jobqueue.console.urls"))``."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from . import actions, pro, views
+
+app_name = "django_jobqueue_console"
+
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("jobs/", views.job_list, name="jobs"),
+    path("jobs/selection/", actions.selection, name="selection"),
+    path("jobs/<str:jid>/", views.job_detail, name="job"),
+    path("jobs/<str:jid>/<str:action>/", actions.job_action, name="job_action"),
+    path("queues/<str:queue>/<str:action>/", actions.queue_action, name="queue_action"),
+    path("workers/", views.workers, name="workers"),
+    path("schedules/", views.schedules, name="schedules"),
+    path("schedules/<str:name>/<str:action>/", actions.schedule_action, name="schedule_action"),
+    path("pro/locks/", pro.locks, name="locks"),
+    path("pro/locks/<str:jid>/release/", pro.release_lock, name="release_lock"),
+    path("pro/dedupe/", pro.dedupe, name="dedupe"),
+    path("pro/bulk/", pro.bulk, name="bulk"),
+]

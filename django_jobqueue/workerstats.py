@@ -1,0 +1,357 @@
+"""The worker registry and the per-minute job statistics (issue 13 items 1 and 3).
+
+Policy
+------
+- **Registry.** A worker process registers a :class:`~django_jobqueue.models.Worker`
+  row when it starts (:func:`register_worker`) and refreshes it on each heartbeat
+  (:func:`beat_worker`, an upsert: a row pruned meanwhile comes back). It is *live*
+  while ``last_seen_at`` is within three heartbeats (``3 * HEARTBEAT_MS``) of the
+  database clock, *gone* after that, and deleted by :func:`prune_workers` once
+  unseen for ``older_than``.
+- **Statistics.** Outcomes are counted in memory by a :class:`StatsBuffer`, keyed by
+  (UTC minute, queue, job type), and written by :meth:`StatsBuffer.flush` as one
+  ``INSERT ... ON CONFLICT DO UPDATE`` (PostgreSQL, SQLite) or ``INSERT ... ON
+  DUPLICATE KEY UPDATE`` (MySQL/MariaDB) that *adds* to the stored counters, so any
+  number of processes flushing the same minute sum correctly. Never one write per
+  job: the caller flushes every few seconds. Rows are written in key order, so two
+  flushes lock shared rows in the same order; a deadlock or "database is locked" is
+  retried a few times, then the counts go back into the buffer for the next flush.
+- **Retention.** :func:`prune_stats` deletes rows older than ``STATS_RETENTION``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import DatabaseError, OperationalError, connections, transaction
+
+from .conf import get_config
+from .dbclock import Now
+from .exceptions import InvalidOption
+from .models import DURATION_BUCKETS_MS, JobStat, Worker
+
+__all__ = [
+    "BUCKET_FIELDS",
+    "OUTCOMES",
+    "StatsBuffer",
+    "beat_worker",
+    "bucket_of",
+    "gone_workers",
+    "live_workers",
+    "prune_stats",
+    "prune_workers",
+    "register_worker",
+]
+
+logger = logging.getLogger(__name__)
+
+#: What :meth:`StatsBuffer.record` counts: a column of :class:`JobStat` each.
+OUTCOMES = ("done", "failed", "retried", "deduplicated")
+#: The histogram columns, in bucket order (the last one is ``+Inf``).
+BUCKET_FIELDS = (*(f"le_{bound}" for bound in DURATION_BUCKETS_MS), "le_inf")
+_COUNTERS = (*OUTCOMES, "duration_ms_sum", *BUCKET_FIELDS)
+_FLUSH_ATTEMPTS = 3
+
+
+def _heartbeat_window() -> timedelta:
+    return timedelta(milliseconds=3 * get_config().HEARTBEAT_MS)
+
+
+def register_worker(
+    using: str,
+    name: str,
+    *,
+    kind: str = "runworkers",
+    host: str = "",
+    pid: int | None = None,
+    queues: Iterable[str] = (),
+    job_types: Iterable[str] = (),
+    languages: Iterable[str] = (),
+    concurrency: int = 1,
+    version: str = "",
+) -> Worker:
+    """Create or restart the registry row of worker ``name``; return it.
+
+    Parameters
+    ----------
+    using
+        Database alias of the jobs.
+    name
+        The worker's unique name (``host:pid`` for a foreman), 1 to 200 characters.
+    kind
+        ``runworkers`` or ``gateway``.
+    host, pid, queues, job_types, languages, concurrency, version
+        What the row shows; ``queues`` empty means every queue.
+
+    Returns
+    -------
+    Worker
+        The row, its ``started_at`` and ``last_seen_at`` now (database clock) and its
+        counters (busy, done, failed) back at zero.
+
+    Raises
+    ------
+    InvalidOption
+        If ``name`` is empty or longer than 200 characters, or ``concurrency`` < 1.
+
+    Implements: issue 13 item 1 "worker registry".
+    """
+    if not isinstance(name, str) or not 0 < len(name) <= 200:
+        raise InvalidOption(f"A worker name must be 1 to 200 characters: got {name!r}.")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise InvalidOption(f"A worker's concurrency must be an integer >= 1: got {concurrency!r}.")
+    values: dict[str, Any] = {
+        "kind": kind,
+        "host": host,
+        "pid": pid,
+        "queues": sorted(queues),
+        "job_types": sorted(job_types),
+        "languages": sorted(languages),
+        "concurrency": concurrency,
+        "version": version,
+        "started_at": Now(),
+        "last_seen_at": Now(),
+        "busy": 0,
+        "done": 0,
+        "failed": 0,
+    }
+    workers = Worker.objects.using(using)
+    with transaction.atomic(using=using):
+        if not workers.filter(name=name).update(**values):
+            try:
+                with transaction.atomic(using=using):
+                    workers.create(name=name, **values)
+            except DatabaseError:  # another process registered the same name first
+                workers.filter(name=name).update(**values)
+    logger.info("worker registered name=%s kind=%s queues=%s", name, kind, values["queues"])
+    return workers.get(name=name)
+
+
+def beat_worker(using: str, name: str, *, busy: int, done: int, failed: int) -> bool:
+    """Mark worker ``name`` seen now with its current counters (a heartbeat).
+
+    Parameters
+    ----------
+    using
+        Database alias of the jobs.
+    name
+        The name given to :func:`register_worker`.
+    busy
+        Slots running a job now.
+    done, failed
+        Jobs done and failed since the worker started (totals, not increments).
+
+    Returns
+    -------
+    bool
+        True if the row existed; False if it had been pruned and was made again (an
+        upsert: the worker shows as live either way).
+
+    Implements: issue 13 item 1 "the foreman's heartbeat keeps it alive".
+    """
+    values = {"last_seen_at": Now(), "busy": busy, "done": done, "failed": failed}
+    workers = Worker.objects.using(using)
+    if workers.filter(name=name).update(**values):
+        return True
+    try:
+        with transaction.atomic(using=using):
+            workers.create(name=name, **values)
+    except DatabaseError:  # made meanwhile by a concurrent beat
+        workers.filter(name=name).update(**values)
+    return False
+
+
+def live_workers(using: str) -> list[Worker]:
+    """Return the workers seen within three heartbeats (database clock), by name.
+
+    Implements: issue 13 item 1 ("gone after three missed heartbeats").
+    """
+    since = Now() - _heartbeat_window()
+    return list(Worker.objects.using(using).filter(last_seen_at__gte=since).order_by("name"))
+
+
+def gone_workers(using: str, *, limit: int = 100) -> list[Worker]:
+    """Return up to ``limit`` workers unseen for three heartbeats, last seen first."""
+    since = Now() - _heartbeat_window()
+    return list(
+        Worker.objects.using(using).filter(last_seen_at__lt=since).order_by("-last_seen_at")[:limit]
+    )
+
+
+def prune_workers(using: str, *, older_than: timedelta = timedelta(days=1)) -> int:
+    """Delete workers unseen for ``older_than`` (database clock); return how many."""
+    deleted, _ = Worker.objects.using(using).filter(last_seen_at__lt=Now() - older_than).delete()
+    return deleted
+
+
+def prune_stats(using: str, *, now: datetime | None = None) -> int:
+    """Delete :class:`JobStat` rows older than ``STATS_RETENTION``; return how many.
+
+    Implements: issue 13 item 3 "a retention setting bounds them".
+    """
+    cutoff = (now or datetime.now(UTC)) - get_config().STATS_RETENTION
+    deleted, _ = JobStat.objects.using(using).filter(minute__lt=cutoff).delete()
+    return deleted
+
+
+def bucket_of(duration_ms: int) -> str:
+    """Return the histogram column that counts a run of ``duration_ms`` milliseconds."""
+    for bound, column in zip(DURATION_BUCKETS_MS, BUCKET_FIELDS, strict=False):
+        if duration_ms <= bound:
+            return column
+    return "le_inf"
+
+
+@dataclass
+class _Counts:
+    values: dict[str, int]
+
+    @classmethod
+    def zero(cls) -> _Counts:
+        return cls(dict.fromkeys(_COUNTERS, 0))
+
+    def add(self, other: Mapping[str, int]) -> None:
+        for key, number in other.items():
+            self.values[key] += number
+
+
+_Key = tuple[datetime, str, str]
+
+
+class StatsBuffer:
+    """Outcome counters held in memory until :meth:`flush` writes them in one upsert.
+
+    Thread-safe: a foreman's worker threads share one buffer. ``clock`` (seconds
+    since the epoch) is for tests.
+    """
+
+    def __init__(self, clock: Any = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rows: dict[_Key, _Counts] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+    def record(
+        self, queue: str, job_type: str, outcome: str, duration_ms: int | None = None
+    ) -> None:
+        """Count one outcome of a job of ``job_type`` in ``queue``, this minute.
+
+        Parameters
+        ----------
+        queue, job_type
+            The job's queue and job type (never its payload).
+        outcome
+            One of :data:`OUTCOMES`: ``done``, ``failed`` (dead letter), ``retried``
+            (an attempt failed, another comes) or ``deduplicated`` (an enqueue
+            turned away).
+        duration_ms
+            The attempt's run time in ms, counted in the sum and the histogram;
+            None for ``deduplicated``.
+
+        Raises
+        ------
+        InvalidOption
+            If ``outcome`` is not one of :data:`OUTCOMES`.
+        """
+        if outcome not in OUTCOMES:
+            raise InvalidOption(f"A stats outcome must be one of {OUTCOMES}: got {outcome!r}.")
+        seconds = int(self._clock()) // 60 * 60
+        key = (datetime.fromtimestamp(seconds, UTC), queue, job_type)
+        change = {outcome: 1}
+        if duration_ms is not None:
+            duration = max(0, int(duration_ms))
+            change["duration_ms_sum"] = duration
+            change[bucket_of(duration)] = 1
+        with self._lock:
+            self._rows.setdefault(key, _Counts.zero()).add(change)
+
+    def _take(self) -> dict[_Key, _Counts]:
+        with self._lock:
+            rows, self._rows = self._rows, {}
+        return rows
+
+    def _give_back(self, rows: Mapping[_Key, _Counts]) -> None:
+        with self._lock:
+            for key, counts in rows.items():
+                self._rows.setdefault(key, _Counts.zero()).add(counts.values)
+
+    def flush(self, using: str) -> int:
+        """Add the buffered counts to :class:`JobStat` in one statement; return rows.
+
+        Parameters
+        ----------
+        using
+            Database alias of the jobs.
+
+        Returns
+        -------
+        int
+            How many (minute, queue, job type) rows the statement wrote; 0 when the
+            buffer was empty (no statement is sent).
+
+        Raises
+        ------
+        DatabaseError
+            If the upsert kept failing (its counts are back in the buffer, for the
+            next flush).
+
+        Implements: issue 13 item 3 "in batches (a flush every few seconds, by upsert)".
+        """
+        rows = self._take()
+        if not rows:
+            return 0
+        ordered = sorted(rows.items(), key=lambda item: item[0])
+        for attempt in range(1, _FLUSH_ATTEMPTS + 1):
+            try:
+                _upsert(using, ordered)
+            except OperationalError:
+                # Deadlocks, lock waits and "database is locked" are OperationalError;
+                # inside the caller's transaction a retry cannot help.
+                if attempt == _FLUSH_ATTEMPTS or connections[using].in_atomic_block:
+                    self._give_back(rows)
+                    raise
+            except DatabaseError:
+                self._give_back(rows)
+                raise
+                logger.warning("stats flush retried attempt=%s rows=%s", attempt, len(rows))
+                time.sleep(0.01 * attempt)
+            else:
+                return len(ordered)
+        return 0  # pragma: no cover (the loop returns or raises)
+
+
+def _upsert(using: str, rows: list[tuple[_Key, _Counts]]) -> None:
+    connection = connections[using]
+    table = connection.ops.quote_name(JobStat._meta.db_table)
+    quote = connection.ops.quote_name
+    columns = ["minute", "queue", "job_type", *_COUNTERS]
+    placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    params: list[Any] = []
+    for (minute, queue, job_type), counts in rows:
+        params.append(connection.ops.adapt_datetimefield_value(minute))
+        params.extend([queue, job_type])
+        params.extend(counts.values[name] for name in _COUNTERS)
+    # Only quoted column names of the model go into the text; every value is a parameter.
+    names = ", ".join(quote(c) for c in columns)
+    values = ", ".join([placeholders] * len(rows))
+    head = f"INSERT INTO {table} ({names}) VALUES {values}"  # noqa: S608
+    if connection.vendor == "mysql":
+        sets = ", ".join(f"{quote(c)} = {quote(c)} + VALUES({quote(c)})" for c in _COUNTERS)
+        sql = f"{head} ON DUPLICATE KEY UPDATE {sets}"
+    else:
+        sets = ", ".join(
+            f"{quote(c)} = {table}.{quote(c)} + excluded.{quote(c)}" for c in _COUNTERS
+        )
+        conflict = ", ".join(quote(c) for c in ("minute", "queue", "job_type"))
+        sql = f"{head} ON CONFLICT ({conflict}) DO UPDATE SET {sets}"
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        cursor.execute(sql, params)

@@ -1,0 +1,151 @@
+"""A real browser over the console: Playwright driving Debian's chromium (issue 13).
+
+Playwright never downloads a browser here: it launches /usr/bin/chromium, which
+scripts/test installs with apt when it is missing. Screenshots of every page go to
+.artifacts/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import override_settings
+
+from django_jobqueue.licence import generate_key_pair, issue_licence
+from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.workerstats import StatsBuffer, register_worker
+from tests.maintenance_helpers import make_job, make_jobs
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason="needs Debian's chromium at /usr/bin/chromium"
+    ),
+]
+
+
+@pytest.fixture
+def browser():
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    # pytest-django's live_server and Playwright's sync API both want the main thread;
+    # Django's async-unsafe guard would refuse the ORM under Playwright's event loop.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield instance
+        instance.close()
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+def shot(page, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"), full_page=True)
+
+
+def seed():
+    now = datetime.now(UTC).timestamp()
+    for minutes_ago in range(0, 60, 3):
+        buffer = StatsBuffer(clock=lambda m=minutes_ago: now - 60 * m)
+        for n in range(5 + minutes_ago % 7):
+            buffer.record("emails", "emails.send", "done", 40 * n)
+        if minutes_ago % 9 == 0:
+            buffer.record("emails", "emails.send", "failed", 900)
+        buffer.flush("default")
+    for hours_ago in range(1, 24, 2):
+        buffer = StatsBuffer(clock=lambda h=hours_ago: now - 3600 * h)
+        for _ in range(20 + hours_ago):
+            buffer.record("reports", "reports.build", "done", 2_000)
+        buffer.flush("default")
+    make_jobs(12, queue="emails", job_type="emails.send")
+    make_jobs(
+        3, queue="reports", job_type="reports.build", run_at=datetime.now(UTC) + timedelta(hours=1)
+    )
+    register_worker(
+        "default", "web-1:4242", host="web-1", pid=4242, concurrency=4, queues=["emails"]
+    )
+    return make_job(
+        queue="emails",
+        job_type="emails.send",
+        status=JobStatus.MAX_RETRY,
+        attempt=4,
+        payload={"to": "<script>alert('x')</script>"},
+        errors=[
+            {
+                "attempt": 4,
+                "exception_class": "SMTPError",
+                "message": "relay refused",
+                "traceback": "Traceback (most recent call last):\n  ...\nSMTPError: relay refused",
+                "at": datetime.now(UTC).isoformat(),
+            }
+        ],
+    )
+
+
+def test_console_in_a_real_browser(live_server, browser):
+    dead = seed()
+    User.objects.create_superuser("ops", password="console-test-pw")  # noqa: S106
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{live_server.url}/console/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "console-test-pw")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{live_server.url}/console/")
+    assert page.locator("#chart-minute svg rect.jq-done").count() >= 15
+    assert page.locator("#chart-hour svg rect.jq-done").count() >= 10
+    assert page.locator("#queues tr[data-queue=emails] td").nth(1).inner_text() == "12"
+    shot(page, "overview")
+
+    page.goto(f"{live_server.url}/console/jobs/?state=dead")
+    assert page.locator("#jobs tbody tr").count() == 1
+    shot(page, "jobs")
+    page.click(f"text={dead.jid}")
+    assert "<script>alert('x')</script>" in page.locator("#payload").inner_text()
+    assert dialogs == []  # the payload's script never ran
+    shot(page, "job")
+    page.click("#retry")
+    page.wait_for_load_state()
+    assert page.locator("#status").inner_text().startswith("init")
+    assert Job.objects.get(pk=dead.pk).status == JobStatus.INIT
+
+    page.goto(f"{live_server.url}/console/")
+    page.locator("#queues tr[data-queue=emails] button").click()
+    page.wait_for_load_state()
+    assert "paused" in page.locator("#queues tr[data-queue=emails]").inner_text()
+
+    page.goto(f"{live_server.url}/console/workers/")
+    assert "web-1:4242" in page.locator("#live").inner_text()
+    shot(page, "workers")
+    page.goto(f"{live_server.url}/console/schedules/")
+    shot(page, "schedules")
+
+    response = page.goto(f"{live_server.url}/console/pro/locks/")
+    assert response.status == 404
+    private_pem, public_pem = generate_key_pair()
+    token = issue_licence(
+        private_pem, licensee="Browser", expires_at=datetime.now(UTC) + timedelta(days=1)
+    )
+    with override_settings(JOBQUEUE={"LICENCE_KEY": token, "LICENCE_PUBLIC_KEYS": [public_pem]}):
+        make_job(queue="emails", unique_key="digest:42", unique_mode="until_executed")
+        response = page.goto(f"{live_server.url}/console/pro/locks/")
+        assert response.status == 200
+        assert "digest:42" in page.locator("#locks").inner_text()
+        shot(page, "pro-locks")
