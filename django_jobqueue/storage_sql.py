@@ -1,3 +1,4 @@
+# ruff: noqa: S608 (every interpolated piece is a quoted identifier or %s placeholders)
 """Raw SQL of the worker's two hot writes: the batched claim and the batched ``done``.
 
 :mod:`django_jobqueue.storage` calls these; they exist because compiling the ORM's
