@@ -342,17 +342,19 @@ def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> b
     return _write_or_rerun(job, fields, "finish_cancelled", {"message": message}) is not None
 
 
-def hand_back(job: Job, *, message: str = "") -> bool:
+def hand_back(job: Job, *, message: str = "", keep_place: bool = False) -> bool:
     """Return a claimed job to the queue unrun (graceful shutdown); False if lease lost.
 
-    The attempt is not counted: ``attempt`` goes back by one and the job is due now.
+    The attempt is not counted: ``attempt`` goes back by one and the job is due now;
+    with ``keep_place`` its ``run_at`` stays, so it keeps its place in claim order
+    (a batch claim's job over its type's ``concurrent`` limit).
     """
     status = JobStatus.RETRY if job.attempt > 1 else JobStatus.INIT
     fields = {
         "status": status,
         "waiting": True,
         "attempt": F("attempt") - 1,
-        "run_at": Now(),
+        "run_at": F("run_at") if keep_place else Now(),
         "updated_at": Now(),
         "message": message,
         **_LEASE_CLEARED,

@@ -449,22 +449,30 @@ class Foreman:
                 return None
             if self._stopping.is_set():
                 return None
-            want = max(1, self.concurrency - self._busy) + self.prefetch
-            skipped, allowance = self.governor.reserve_batch(want)
+            want = max(1, self.concurrency - self._busy) + self.prefetch - len(self._inbox)
+            skipped = self.governor.reserve_batch()
             jobs: list[Job] = []
+            accepted: list[bool] = []
             try:
                 jobs = storage.claim(
                     self.using,
                     owner=worker,
-                    limit=allowance,
+                    limit=want,
                     queues=self.queues,
                     exclude_types=skipped,
                     lease_ms=self.lease_ms,
                 )
             finally:
-                self.governor.settle_batch(skipped, allowance, [j.job_type for j in jobs])
+                accepted = self.governor.settle_batch(skipped, [j.job_type for j in jobs])
+            allowance = want
+            over = [job for job, ok in zip(jobs, accepted, strict=True) if not ok]
+            jobs = [job for job, ok in zip(jobs, accepted, strict=True) if ok]
+            for job in over:  # more of a limited type than its room: back, in place
+                storage.hand_back(job, message="over its concurrent limit", keep_place=True)
+            if over:
+                self.wake()  # claim again: others may be due behind them
             self._claim_seq += 1
-            self._last_claim_short = len(jobs) < allowance
+            self._last_claim_short = len(jobs) + len(over) < allowance
             self.claims += 1
             self.largest_claim = max(self.largest_claim, len(jobs))
             if not jobs:

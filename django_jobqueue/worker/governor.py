@@ -214,38 +214,36 @@ class Governor:
             if claimed_type is not None:
                 self._running[claimed_type] = self._running.get(claimed_type, 0) + 1
 
-    def reserve_batch(self, want: int) -> tuple[frozenset[str], int]:
-        """Reserve places for one claim of up to ``want`` jobs; return (skipped, allowance).
+    def reserve_batch(self) -> frozenset[str]:
+        """Reserve a place for one batch claim in every limited type with room.
 
-        The allowance is ``want`` cut to the room left in every limited type that
-        has room, so a batch can never bring more of a type than its limit allows,
-        whatever the queue holds: a type at its limit is skipped (in ``skipped``),
-        and each type with room has ``allowance`` places reserved. Pass both back to
-        :meth:`settle_batch` once the claim has returned.
+        Returns the job types the claim must skip (at their limit); pass it to
+        :meth:`settle_batch` once the claim has returned, whatever it found.
         """
-        with self._lock:
-            full = frozenset(self._full())
-            allowance = max(1, want)
-            for name, limit in self.concurrent.items():
-                if name not in full:
-                    room = limit - self._running.get(name, 0) - self._reserved.get(name, 0)
-                    allowance = min(allowance, room)
-            for name in self.concurrent:
-                if name not in full:
-                    self._reserved[name] = self._reserved.get(name, 0) + allowance
-            return full, allowance
+        return self.reserve()
 
-    def settle_batch(
-        self, skipped: frozenset[str], allowance: int, claimed_types: list[str]
-    ) -> None:
-        """Drop a batch claim's reservations; count each claimed job's type as running."""
+    def settle_batch(self, skipped: frozenset[str], claimed_types: list[str]) -> list[bool]:
+        """Drop a batch claim's reservations; count the jobs it may run; return which.
+
+        ``claimed_types`` are the claimed jobs' types in claim order. A job of a
+        limited type is accepted (counted running) while its type has room left,
+        counting other claims' reservations; the rest (False) must be handed back
+        unrun, so a batch never brings more of a type than its limit allows.
+        """
+        accepted: list[bool] = []
         with self._lock:
             for name in self.concurrent:
                 if name not in skipped:
-                    left = self._reserved.get(name, 0) - allowance
+                    left = self._reserved.get(name, 0) - 1
                     if left > 0:
                         self._reserved[name] = left
                     else:
                         self._reserved.pop(name, None)
             for name in claimed_types:
-                self._running[name] = self._running.get(name, 0) + 1
+                limit = self.concurrent.get(name)
+                running = self._running.get(name, 0)
+                ok = limit is None or running + self._reserved.get(name, 0) < limit
+                if ok:
+                    self._running[name] = running + 1
+                accepted.append(ok)
+        return accepted
