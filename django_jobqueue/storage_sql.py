@@ -237,7 +237,8 @@ def _claim_mysql(
 def _jobs_time(using: str, value: datetime) -> datetime:
     # The backend's own conversion of a datetime column (aware UTC with USE_TZ).
     conn = connections[using]
-    return conn.ops.convert_datetimefield_value(value, None, conn)  # type: ignore[no-any-return]
+    convert = getattr(conn.ops, "convert_datetimefield_value", None)  # MySQL backend only
+    return value if convert is None else convert(value, None, conn)
 
 
 def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]) -> set[int]:

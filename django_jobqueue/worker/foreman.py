@@ -37,7 +37,6 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -53,67 +52,13 @@ from .connections import recycle_connections
 from .context import JobContext
 from .governor import Governor
 from .middleware import Middleware, load_middleware
+from .options import PREFETCH, ForemanOptions, _Running, _Slot
 
-__all__ = ["Foreman", "ForemanOptions"]
+__all__ = ["PREFETCH", "Foreman", "ForemanOptions"]
 
 logger = logging.getLogger(__name__)
 
 _SCHEDULE_EVERY_S = 1.0
-
-#: Default of :attr:`ForemanOptions.prefetch`.
-PREFETCH = 1
-
-
-@dataclass(frozen=True)
-class ForemanOptions:
-    """Settings of one foreman (seed 004 QueueConfig); None: the ``JOBQUEUE`` value."""
-
-    #: Database alias of the jobs; None: ``JOBQUEUE["DATABASE"]`` or the routers'.
-    using: str | None = None
-    #: Queues to claim from; None or empty: every queue.
-    queues: tuple[str, ...] | None = None
-    #: Most worker threads (seed 004 Concurrent).
-    concurrency: int | None = None
-    #: Pause of a worker between two jobs, ms (seed 004 BreakTime).
-    break_time_ms: int | None = None
-    #: Least time between two spawns, ms (seed 004 RampTime).
-    ramp_time_ms: int | None = None
-    #: Idle sleep bounds, ms.
-    min_sleep_ms: int | None = None
-    max_sleep_ms: int | None = None
-    #: Lease of a claimed job, ms.
-    lease_ms: int | None = None
-    #: Heartbeat interval, ms; None: ``HEARTBEAT_MS``, at most a third of the lease.
-    heartbeat_ms: int | None = None
-    #: Grace period of a graceful shutdown, ms.
-    shutdown_timeout_ms: int | None = None
-    #: Drain what is due and return.
-    burst: bool = False
-    #: Middleware dotted paths; None: ``JOBQUEUE["MIDDLEWARE"]``.
-    middleware: tuple[str, ...] | None = None
-    #: Jobs a claim may take beyond the free slots, held (and heartbeated) until a
-    #: slot is free; None: :data:`PREFETCH`.
-    prefetch: int | None = None
-    #: Store successes in batches (:class:`~.completer.Completer`).
-    batch_completions: bool = True
-
-
-@dataclass
-class _Running:
-    job: Job
-    ctx: JobContext
-    started: float = 0.0
-    deadline: float = float("inf")
-    #: Its success waits in the completer: not handed back at shutdown.
-    storing: bool = False
-
-
-class _Slot:
-    """What a worker slot's runner is doing now, seen by its supervisor."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.current: _Running | None = None
 
 
 class Foreman:
