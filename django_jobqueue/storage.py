@@ -31,7 +31,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import locks, unique
+from . import locks, storage_sql, unique
 from .backoff import backoff_ms
 from .conf import get_config
 from .dbclock import Now
@@ -44,6 +44,7 @@ __all__ = [
     "claim",
     "restart_fields",
     "complete",
+    "complete_many",
     "dead_hold_until",
     "fail",
     "finish_cancelled",
@@ -151,6 +152,16 @@ def _claim(
 ) -> list[Job]:
     lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
     token = uuid.uuid4().hex
+    if storage_sql.supported(using):
+        return storage_sql.claim_rows(
+            using,
+            owner=owner[:200],
+            token=token,
+            limit=limit,
+            queues=queues,
+            exclude_types=exclude_types,
+            lease=lease,
+        )
     with transaction.atomic(using=using):
         due = Job.objects.using(using).filter(waiting=True, run_at__lte=Now())
         if queues:
@@ -243,6 +254,26 @@ def complete(job: Job, result: Any = None) -> bool:
     return _write_or_rerun(job, fields, "complete", {"result": result}) is not None
 
 
+def complete_many(items: Sequence[tuple[Job, Any]]) -> list[bool]:
+    """Store the successes of many jobs in one guarded write; return one flag per item.
+
+    ``items`` are (job, result) pairs of one database alias, results already JSON
+    (:func:`check_json`). Each flag means what :func:`complete` returns for that job:
+    True if its outcome (or the rerun a ``set`` asked for) was stored, False if its
+    lease was lost. Rows still owned are written by one ``UPDATE`` guarded per row by
+    the job's lease token; a job it did not write (a rerun to store, or a lost
+    lease) then goes through :func:`complete` alone. Database errors propagate.
+    """
+    if not items:
+        return []
+    using = items[0][0]._state.db or "default"
+    stored: set[int] = set()
+    if storage_sql.supported(using):
+        rows = [(job, result, _id_hold_options(job)[0]) for job, result in items]
+        stored = _retry_sqlite(using, storage_sql.complete_rows, using, rows)
+    return [job.pk in stored or complete(job, result) for job, result in items]
+
+
 def _storable(text: str) -> str:
     """Return ``text`` with NUL and lone surrogates escaped, so every database stores it."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
@@ -325,17 +356,19 @@ def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> b
     return _write_or_rerun(job, fields, "finish_cancelled", {"message": message}) is not None
 
 
-def hand_back(job: Job, *, message: str = "") -> bool:
+def hand_back(job: Job, *, message: str = "", keep_place: bool = False) -> bool:
     """Return a claimed job to the queue unrun (graceful shutdown); False if lease lost.
 
-    The attempt is not counted: ``attempt`` goes back by one and the job is due now.
+    The attempt is not counted: ``attempt`` goes back by one and the job is due now;
+    with ``keep_place`` its ``run_at`` stays, so it keeps its place in claim order
+    (a batch claim's job over its type's ``concurrent`` limit).
     """
     status = JobStatus.RETRY if job.attempt > 1 else JobStatus.INIT
     fields = {
         "status": status,
         "waiting": True,
         "attempt": F("attempt") - 1,
-        "run_at": Now(),
+        "run_at": F("run_at") if keep_place else Now(),
         "updated_at": Now(),
         "message": message,
         **_LEASE_CLEARED,

@@ -41,11 +41,16 @@ from ..exceptions import NonRetryableError, UnknownJobType
 from ..models import Job, JobStatus
 from ..registry import get_job_description
 from ..signals import job_finished, job_started
+from ..validation import check_json
+from .completer import Completer
 from .connections import recycle_connections
 from .context import JobContext
 from .middleware import Handler, Middleware, apply_middleware
 
-__all__ = ["Runner", "execute", "expire_if_due", "time_out"]
+__all__ = ["PENDING", "Runner", "execute", "expire_if_due", "time_out"]
+
+#: What :func:`execute` returns when a success was handed to a completer.
+PENDING = "pending"
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +178,27 @@ def expire_if_due(job: Job) -> str | None | bool:
     return storage.fail(job, None, message=message, retryable=False)
 
 
-def execute(job: Job, ctx: JobContext, *, middleware: Sequence[Middleware] = ()) -> str | None:
+def _after_store(
+    job: Job, started: float, on_stored: Callable[[str | None], None] | None
+) -> Callable[[bool], None]:
+    def stored(ok: bool) -> None:
+        status = JobStatus.DONE if ok else None
+        _log_end(job, status, started)
+        _finished(job, status)
+        if on_stored is not None:
+            on_stored(status)
+
+    return stored
+
+
+def execute(
+    job: Job,
+    ctx: JobContext,
+    *,
+    middleware: Sequence[Middleware] = (),
+    completer: Completer | None = None,
+    on_stored: Callable[[str | None], None] | None = None,
+) -> str | None:
     """Run ``job``'s handler in this thread and store its outcome.
 
     Parameters
@@ -184,12 +209,17 @@ def execute(job: Job, ctx: JobContext, *, middleware: Sequence[Middleware] = ())
         Its context; a lost lease or cancel request is flagged on it.
     middleware:
         Loaded middleware, outermost first.
+    completer:
+        Where a success is stored, batched (:class:`Completer`); None: stored here.
+        Its finished log line and ``job_finished`` signal then follow the batched
+        write, from the completer's thread, and ``on_stored(status)`` is called.
 
     Returns
     -------
     str | None
-        The stored status (a :class:`JobStatus` value), or None if nothing was
-        stored because the lease was lost (reaped, timed out, handed back).
+        The stored status (a :class:`JobStatus` value), None if nothing was
+        stored because the lease was lost (reaped, timed out, handed back), or
+        :data:`PENDING` when a success went to ``completer``.
 
     Implements: seed 004 Foreman worker loop (run HandlerFunc, UpdateJobResult).
     """
@@ -244,7 +274,7 @@ def execute(job: Job, ctx: JobContext, *, middleware: Sequence[Middleware] = ())
         )
     else:
         try:
-            status = JobStatus.DONE if storage.complete(job, result) else None
+            check_json(result, "The handler's result")
         except (TypeError, ValueError) as exc:  # the result is not JSON
             status = storage.fail(
                 job,
@@ -253,6 +283,11 @@ def execute(job: Job, ctx: JobContext, *, middleware: Sequence[Middleware] = ())
                 "return dicts, lists, strings, numbers, booleans or None",
                 retryable=False,
             )
+        else:
+            if completer is not None:
+                completer.submit(job, result, _after_store(job, started, on_stored))
+                return PENDING
+            status = JobStatus.DONE if storage.complete(job, result) else None
     _log_end(job, status, started)
     _finished(job, status)
     return status

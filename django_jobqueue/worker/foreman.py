@@ -29,6 +29,7 @@ Burst mode drains what is due now and returns when nothing is due and nothing ru
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import signal
@@ -36,7 +37,6 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -47,61 +47,18 @@ from ..conf import get_config
 from ..models import Job
 from ..registry import registered_job_types
 from . import executor, wakeup
+from .completer import Completer
 from .connections import recycle_connections
 from .context import JobContext
 from .governor import Governor
 from .middleware import Middleware, load_middleware
+from .options import PREFETCH, ForemanOptions, _Running, _Slot
 
-__all__ = ["Foreman", "ForemanOptions"]
+__all__ = ["PREFETCH", "Foreman", "ForemanOptions"]
 
 logger = logging.getLogger(__name__)
 
 _SCHEDULE_EVERY_S = 1.0
-
-
-@dataclass(frozen=True)
-class ForemanOptions:
-    """Settings of one foreman (seed 004 QueueConfig); None: the ``JOBQUEUE`` value."""
-
-    #: Database alias of the jobs; None: ``JOBQUEUE["DATABASE"]`` or the routers'.
-    using: str | None = None
-    #: Queues to claim from; None or empty: every queue.
-    queues: tuple[str, ...] | None = None
-    #: Most worker threads (seed 004 Concurrent).
-    concurrency: int | None = None
-    #: Pause of a worker between two jobs, ms (seed 004 BreakTime).
-    break_time_ms: int | None = None
-    #: Least time between two spawns, ms (seed 004 RampTime).
-    ramp_time_ms: int | None = None
-    #: Idle sleep bounds, ms.
-    min_sleep_ms: int | None = None
-    max_sleep_ms: int | None = None
-    #: Lease of a claimed job, ms.
-    lease_ms: int | None = None
-    #: Heartbeat interval, ms; None: ``HEARTBEAT_MS``, at most a third of the lease.
-    heartbeat_ms: int | None = None
-    #: Grace period of a graceful shutdown, ms.
-    shutdown_timeout_ms: int | None = None
-    #: Drain what is due and return.
-    burst: bool = False
-    #: Middleware dotted paths; None: ``JOBQUEUE["MIDDLEWARE"]``.
-    middleware: tuple[str, ...] | None = None
-
-
-@dataclass
-class _Running:
-    job: Job
-    ctx: JobContext
-    started: float
-    deadline: float
-
-
-class _Slot:
-    """What a worker slot's runner is doing now, seen by its supervisor."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.current: _Running | None = None
 
 
 class Foreman:
@@ -158,6 +115,18 @@ class Foreman:
             concurrent=limits,
         )
         self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.prefetch = max(0, pick(options.prefetch, PREFETCH))
+        self.completer = Completer(busy=self._busy_count) if options.batch_completions else None
+        #: Claimed jobs no slot took yet, in claim order (the in-memory hand-off).
+        self._inbox: collections.deque[_Running] = collections.deque()
+        self._claim_lock = threading.Lock()
+        self._claim_seq = 0
+        self._last_claim_short = False
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        #: Claims made and the largest one, by jobs (tests and benchmarks).
+        self.claims = 0
+        self.largest_claim = 0
         self._stopping = threading.Event()
         self._forced = threading.Event()
         self._done = threading.Event()
@@ -198,9 +167,12 @@ class Foreman:
             self._wake_gen += 1
             self._cond.notify_all()
 
-    def _wait(self, seconds: float) -> None:
+    def _wait(self, seconds: float, gen: int | None = None) -> None:
+        """Sleep up to ``seconds``, or until a wake-up after generation ``gen``
+        (None: from now), or a stop."""
         with self._cond:
-            gen = self._wake_gen
+            if gen is None:
+                gen = self._wake_gen
             self._cond.wait_for(
                 lambda: self._wake_gen != gen or self._stopping.is_set(), timeout=seconds
             )
@@ -261,6 +233,8 @@ class Foreman:
         ]
         for thread in helpers:
             thread.start()
+        if self.completer is not None:
+            self.completer.start()
         try:
             if self.burst:
                 self._reap()
@@ -268,6 +242,8 @@ class Foreman:
             self._dispatch()
             self._drain()
         finally:
+            if self.completer is not None:
+                self.completer.close()
             self._done.set()
             for number, handler in previous.items():
                 signal.signal(number, handler)
@@ -306,7 +282,9 @@ class Foreman:
             if not alive:
                 break
             self._wait(0.05)
-        left = self._snapshot()
+        if self.completer is not None:
+            self.completer.close()  # stored successes are not handed back
+        left = [r for r in self._snapshot() if not r.storing]
         for running in left:
             running.ctx.mark_lease_lost()
             if storage.hand_back(running.job, message="handed back at worker shutdown"):
@@ -342,6 +320,7 @@ class Foreman:
         counted = True
         try:
             while not self._stopping.is_set():
+                gen = self._wake_gen  # a wake-up during the cycle is not slept through
                 call = runner.submit(lambda: self._cycle(slot, name))
                 timed_out = self._supervise(call, slot)
                 if timed_out:
@@ -364,7 +343,7 @@ class Foreman:
                 if self.governor.retire():
                     counted = False
                     break
-                self._wait(sleep_ms / 1000)
+                self._wait(sleep_ms / 1000, gen)
         finally:
             # Wait for the runner to close its connections before the slot ends, so
             # a returning foreman leaves no session open.
@@ -393,33 +372,77 @@ class Foreman:
             return True
         return False
 
-    def _claim(self, worker: str) -> Job | None:
-        kwargs: dict[str, Any] = {
-            "owner": worker,
-            "limit": 1,
-            "queues": self.queues,
-            "lease_ms": self.lease_ms,
-        }
-        if not self.governor.concurrent:
-            jobs = storage.claim(self.using, **kwargs)
-            if jobs:
-                self.governor.add_job(jobs[0].job_type)
-            return jobs[0] if jobs else None
-        skipped = self.governor.reserve()
-        jobs = []
-        try:
-            jobs = storage.claim(self.using, exclude_types=skipped, **kwargs)
-        finally:
-            self.governor.settle(skipped, jobs[0].job_type if jobs else None)
-        return jobs[0] if jobs else None
+    def _busy_count(self) -> int:
+        """Handlers running now, and claimed jobs waiting for a slot."""
+        return self._busy + len(self._inbox)
+
+    def _next_job(self, worker: str) -> _Running | None:
+        """In a runner thread: take a prefetched job, else claim a batch; None: nothing due.
+
+        One claim at a time per foreman. A claim takes at most the free slots plus
+        :attr:`prefetch` (minus jobs already waiting), cut to what every limited job
+        type still allows (:meth:`Governor.reserve_batch`); the claimer keeps the
+        first job and leaves the rest, in claim order, for idle slots. A slot that
+        waited for the lock while another claim came back short does not claim
+        again: that claim saw the queue drained.
+        """
+        seen = self._claim_seq
+        with self._claim_lock:
+            if self._inbox:
+                return self._inbox.popleft()
+            if self._claim_seq != seen and self._last_claim_short:
+                return None
+            if self._stopping.is_set():
+                return None
+            want = max(1, self.concurrency - self._busy) + self.prefetch - len(self._inbox)
+            skipped = self.governor.reserve_batch()
+            jobs: list[Job] = []
+            accepted: list[bool] = []
+            try:
+                jobs = storage.claim(
+                    self.using,
+                    owner=worker,
+                    limit=want,
+                    queues=self.queues,
+                    exclude_types=skipped,
+                    lease_ms=self.lease_ms,
+                )
+            finally:
+                accepted = self.governor.settle_batch(skipped, [j.job_type for j in jobs])
+            allowance = want
+            over = [job for job, ok in zip(jobs, accepted, strict=True) if not ok]
+            jobs = [job for job, ok in zip(jobs, accepted, strict=True) if ok]
+            for job in over:  # more of a limited type than its room: back, in place
+                storage.hand_back(job, message="over its concurrent limit", keep_place=True)
+            if over:
+                self.wake()  # claim again: others may be due behind them
+            self._claim_seq += 1
+            self._last_claim_short = len(jobs) + len(over) < allowance
+            self.claims += 1
+            self.largest_claim = max(self.largest_claim, len(jobs))
+            if not jobs:
+                return None
+            claimed = [
+                _Running(job=job, ctx=JobContext(job, worker=worker, lease_ms=self.lease_ms))
+                for job in jobs
+            ]
+            with self._running_lock:
+                for running in claimed:
+                    self._running[running.job.pk] = running
+            self._inbox.extend(claimed[1:])
+        if len(claimed) > 1:
+            self._kick()  # idle slots take the rest
+        return claimed[0]
 
     def _cycle(self, slot: _Slot, name: str) -> bool:
-        """In the runner thread: claim one job and run it; return whether one was found."""
+        """In the runner thread: take or claim one job and run it; return whether one was found."""
         recycle_connections()
         worker = f"{self.name}:{name}"
-        job = self._claim(worker)
-        if job is None:
+        running = self._next_job(worker)
+        if running is None:
             return False
+        job = running.job
+        running.ctx.worker = worker
         logger.debug(
             "job claimed jid=%s type=%s queue=%s attempt=%s worker=%s",
             job.jid,
@@ -431,29 +454,49 @@ class Foreman:
         self.governor.found_job()
         if self.governor.workers < self.concurrency:
             self._kick()
-        ctx = JobContext(job, worker=worker, lease_ms=self.lease_ms)
         now = time.monotonic()
-        running = _Running(job=job, ctx=ctx, started=now, deadline=now + job.timeout_ms / 1000)
-        with self._running_lock:
-            self._running[job.pk] = running
+        running.started, running.deadline = now, now + job.timeout_ms / 1000
+        pending = False
+        with self._busy_lock:
+            self._busy += 1
         try:
+            if running.ctx.lease_lost:  # lost while it waited for a slot: not ours to run
+                logger.warning("lease lost before the job started jid=%s", job.jid)
+                return True
             if self._stopping.is_set():
                 # Claimed while shutting down: give it back unrun.
-                ctx.mark_lease_lost()
+                running.ctx.mark_lease_lost()
                 storage.hand_back(job, message="handed back at worker shutdown")
                 return True
             with slot.lock:
                 slot.current = running
-            status = executor.execute(job, ctx, middleware=self.middleware)
-            if status is not None:
+            status = executor.execute(
+                job,
+                running.ctx,
+                middleware=self.middleware,
+                completer=self.completer,
+                on_stored=lambda status: self._stored(running, status),
+            )
+            if status == executor.PENDING:
+                pending = running.storing = True
+            elif status is not None:
                 self._count(status)
             return True
         finally:
+            with self._busy_lock:
+                self._busy -= 1
             with slot.lock:
                 if slot.current is running:
                     slot.current = None
-            self._unregister(running)
+            if not pending:
+                self._unregister(running)
             recycle_connections()
+
+    def _stored(self, running: _Running, status: str | None) -> None:
+        """In the completer's thread: a batched success was written (or its lease lost)."""
+        if status is not None:
+            self._count(status)
+        self._unregister(running)
 
     def _unregister(self, running: _Running) -> None:
         with self._running_lock:
@@ -466,6 +509,12 @@ class Foreman:
     def _heartbeat_loop(self) -> None:
         try:
             while not self._done.wait(self.heartbeat_ms / 1000):
+                if self.completer is not None:
+                    # Results and unique-key releases land before the next beat.
+                    try:
+                        self.completer.flush()
+                    except Exception:
+                        logger.warning("flushing completions failed", exc_info=True)
                 running = self._snapshot()
                 if not running:
                     continue

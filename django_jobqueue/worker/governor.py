@@ -213,3 +213,37 @@ class Governor:
                         self._reserved.pop(name, None)
             if claimed_type is not None:
                 self._running[claimed_type] = self._running.get(claimed_type, 0) + 1
+
+    def reserve_batch(self) -> frozenset[str]:
+        """Reserve a place for one batch claim in every limited type with room.
+
+        Returns the job types the claim must skip (at their limit); pass it to
+        :meth:`settle_batch` once the claim has returned, whatever it found.
+        """
+        return self.reserve()
+
+    def settle_batch(self, skipped: frozenset[str], claimed_types: list[str]) -> list[bool]:
+        """Drop a batch claim's reservations; count the jobs it may run; return which.
+
+        ``claimed_types`` are the claimed jobs' types in claim order. A job of a
+        limited type is accepted (counted running) while its type has room left,
+        counting other claims' reservations; the rest (False) must be handed back
+        unrun, so a batch never brings more of a type than its limit allows.
+        """
+        accepted: list[bool] = []
+        with self._lock:
+            for name in self.concurrent:
+                if name not in skipped:
+                    left = self._reserved.get(name, 0) - 1
+                    if left > 0:
+                        self._reserved[name] = left
+                    else:
+                        self._reserved.pop(name, None)
+            for name in claimed_types:
+                limit = self.concurrent.get(name)
+                running = self._running.get(name, 0)
+                ok = limit is None or running + self._reserved.get(name, 0) < limit
+                if ok:
+                    self._running[name] = running + 1
+                accepted.append(ok)
+        return accepted

@@ -1,0 +1,90 @@
+"""Shared helpers of the benchmarks: scratch databases, Django set-up, workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+#: The checkout whose code runs (``JQ_BENCH_ROOT``: another one, e.g. a base commit's
+#: worktree, to measure before and after with the same script).
+ROOT = Path(os.environ.get("JQ_BENCH_ROOT") or Path(__file__).resolve().parent.parent)
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(ROOT), str(BENCH.parent)]
+
+#: Scratch databases, one per vendor; created (and migrated) on first use.
+URLS = {
+    "postgres": "postgres://postgres@127.0.0.1:5432/jq_bench",
+    "mariadb": "mysql://root@127.0.0.1:3306/jq_bench",
+    "sqlite": "sqlite:////tmp/jq_bench.sqlite3",
+}
+
+
+def env_for(db: str) -> dict[str, str]:
+    """Return the environment of a Django process on ``db``'s scratch database."""
+    return {
+        **os.environ,
+        "DATABASE_URL": URLS[db],
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH.parent)]),
+    }
+
+
+def create_database(db: str) -> None:
+    """Create ``db``'s scratch database if missing (SQLite: its file is made on connect)."""
+    if db == "postgres":
+        subprocess.run(  # noqa: S603
+            [
+                "psql",
+                "-h127.0.0.1",
+                "-Upostgres",
+                "-d",
+                "postgres",
+                "-qc",
+                "CREATE DATABASE jq_bench",
+            ],  # noqa: S607
+            capture_output=True,
+            check=False,
+        )
+    elif db == "mariadb":
+        subprocess.run(  # noqa: S603
+            ["mysql", "-h127.0.0.1", "-uroot", "-e", "CREATE DATABASE IF NOT EXISTS jq_bench"],  # noqa: S607
+            check=True,
+        )
+
+
+def setup(db: str) -> None:
+    """Point this process at ``db``'s scratch database, migrated, and set Django up."""
+    create_database(db)
+    os.environ.update(env_for(db))
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def runworkers(db: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``runworkers *args`` on ``db``'s scratch database and wait for it."""
+    return subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "django", "runworkers", *args],
+        cwd=ROOT,
+        env=env_for(db),
+        capture_output=True,
+        text=True,
+        check=False,
+        **kwargs,
+    )
+
+
+def clear_jobs() -> None:
+    """Delete every job of the scratch database."""
+    from django.db import connection
+
+    from django_jobqueue.models import Job
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {Job._meta.db_table}")  # noqa: S608

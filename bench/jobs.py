@@ -1,0 +1,19 @@
+"""Benchmark job types: autodiscovered as the ``bench`` app's ``jobs`` module."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django_jobqueue import job
+
+
+@job("bench.noop", max_retry=0)
+def noop(payload: Any, ctx: Any) -> None:
+    """Do nothing: the drain measures the queue, not the handler."""
+
+
+@job("bench.stamp", max_retry=0)
+def stamp(payload: Any, ctx: Any) -> float:
+    """Return the time the handler started (``time.time()``), for pickup latency."""
+    return time.time()

@@ -1,0 +1,149 @@
+"""Batched ``done`` writes: the completer thread of one foreman.
+
+A runner whose handler returned hands (job, result, callback) to :meth:`Completer.submit`
+and goes on to its next job. The completer's thread writes what has gathered in one
+lease-guarded statement (:func:`storage.complete_many`) as soon as no other handler
+runs, when ``max_batch`` results wait, or ``max_wait_ms`` after the first one came,
+whichever is first; then it calls each job's callback with whether its outcome was
+stored, so the finished log line and the ``job_finished`` signal still follow the
+stored write, with the stored status.
+
+The foreman's heartbeat calls :meth:`flush` before each beat, so a job's result and
+its unique-key release are never later than its next heartbeat; a job waiting here
+is still heartbeated (it stays among the foreman's running jobs until stored).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+
+from .. import storage
+from ..models import Job
+from .connections import recycle_connections
+
+__all__ = ["Completer"]
+
+logger = logging.getLogger(__name__)
+
+#: Called with True once the job's outcome is stored, False if its lease was lost.
+Callback = Callable[[bool], None]
+
+
+class Completer:
+    """Gather done outcomes and store them in batches from its own thread.
+
+    Parameters
+    ----------
+    busy:
+        Returns how many handlers run now (not counting those waiting here): with
+        none running, a flush starts at once instead of waiting for more.
+    max_batch:
+        Most jobs in one write, >= 1.
+    max_wait_ms:
+        Longest a result waits for others before it is written, ms.
+    """
+
+    def __init__(
+        self, *, busy: Callable[[], int], max_batch: int = 64, max_wait_ms: float = 2.0
+    ) -> None:
+        self._busy = busy
+        self.max_batch = max(1, max_batch)
+        self.max_wait_s = max_wait_ms / 1000
+        self._cond = threading.Condition()
+        self._pending: list[tuple[Job, Any, Callback]] = []
+        self._write_lock = threading.Lock()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        #: Writes done and jobs written, for statement counts and tests.
+        self.flushes = 0
+        self.written = 0
+
+    def start(self) -> None:
+        """Start the completer thread."""
+        self._thread = threading.Thread(target=self._loop, name="jq-completer", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job, result: Any, callback: Callback) -> None:
+        """Queue ``job``'s success (``result`` already checked as JSON) for the next write.
+
+        ``callback(stored)`` runs in the completer's thread after the write (in the
+        caller's, once the completer is closed).
+        """
+        with self._cond:
+            if not self._closed:
+                self._pending.append((job, result, callback))
+                self._cond.notify_all()
+                return
+        self._write([(job, result, callback)])
+
+    def flush(self) -> None:
+        """Write every outcome waiting now, in this thread; return once stored."""
+        with self._cond:
+            batch, self._pending = self._pending, []
+        self._write(batch)
+
+    def close(self) -> None:
+        """Write what waits, stop the thread; later submits are written at once."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        self.flush()
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._pending or self._closed)
+                    if not self._pending:
+                        return
+                    deadline = time.monotonic() + self.max_wait_s
+                    while (
+                        not self._closed
+                        and len(self._pending) < self.max_batch
+                        and self._busy() > 0
+                    ):
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                    batch = self._pending[: self.max_batch]
+                    del self._pending[: self.max_batch]
+                self._write(batch)
+                recycle_connections()
+        finally:
+            connections.close_all()
+
+    def _write(self, batch: list[tuple[Job, Any, Callback]]) -> None:
+        if not batch:
+            return
+        with self._write_lock:
+            try:
+                flags = storage.complete_many([(job, result) for job, result, _cb in batch])
+            except Exception:
+                logger.warning("batched completion failed; storing one by one", exc_info=True)
+                recycle_connections()
+                flags = [self._one(job, result) for job, result, _cb in batch]
+            self.flushes += 1
+            self.written += len(batch)
+        for (job, _result, callback), stored in zip(batch, flags, strict=True):
+            try:
+                callback(stored)
+            except Exception:
+                logger.exception("completion callback failed jid=%s", job.jid)
+
+    @staticmethod
+    def _one(job: Job, result: Any) -> bool:
+        try:
+            return storage.complete(job, result)
+        except Exception:
+            # Left processing: its lease expires and the reaper takes it back.
+            logger.exception("storing the result failed jid=%s type=%s", job.jid, job.job_type)
+            return False

@@ -1,0 +1,66 @@
+"""Options of a foreman, and what its worker slots run (see :mod:`.foreman`)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from ..models import Job
+from .context import JobContext
+
+__all__ = ["PREFETCH", "ForemanOptions"]
+
+#: Default of :attr:`ForemanOptions.prefetch`.
+PREFETCH = 1
+
+
+@dataclass(frozen=True)
+class ForemanOptions:
+    """Settings of one foreman (seed 004 QueueConfig); None: the ``JOBQUEUE`` value."""
+
+    #: Database alias of the jobs; None: ``JOBQUEUE["DATABASE"]`` or the routers'.
+    using: str | None = None
+    #: Queues to claim from; None or empty: every queue.
+    queues: tuple[str, ...] | None = None
+    #: Most worker threads (seed 004 Concurrent).
+    concurrency: int | None = None
+    #: Pause of a worker between two jobs, ms (seed 004 BreakTime).
+    break_time_ms: int | None = None
+    #: Least time between two spawns, ms (seed 004 RampTime).
+    ramp_time_ms: int | None = None
+    #: Idle sleep bounds, ms.
+    min_sleep_ms: int | None = None
+    max_sleep_ms: int | None = None
+    #: Lease of a claimed job, ms.
+    lease_ms: int | None = None
+    #: Heartbeat interval, ms; None: ``HEARTBEAT_MS``, at most a third of the lease.
+    heartbeat_ms: int | None = None
+    #: Grace period of a graceful shutdown, ms.
+    shutdown_timeout_ms: int | None = None
+    #: Drain what is due and return.
+    burst: bool = False
+    #: Middleware dotted paths; None: ``JOBQUEUE["MIDDLEWARE"]``.
+    middleware: tuple[str, ...] | None = None
+    #: Jobs a claim may take beyond the free slots, held (and heartbeated) until a
+    #: slot is free; None: :data:`PREFETCH`.
+    prefetch: int | None = None
+    #: Store successes in batches (:class:`~.completer.Completer`).
+    batch_completions: bool = True
+
+
+@dataclass
+class _Running:
+    job: Job
+    ctx: JobContext
+    started: float = 0.0
+    deadline: float = float("inf")
+    #: Its success waits in the completer: not handed back at shutdown.
+    storing: bool = False
+
+
+class _Slot:
+    """What a worker slot's runner is doing now, seen by its supervisor."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.current: _Running | None = None

@@ -1,0 +1,99 @@
+"""Batched claims and completions: limits, order, fencing and statement counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_jobqueue import enqueue_job, storage
+from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+from tests.testapp.jobtypes import worker as worker_jobs
+from tests.testapp.models import RunRecord
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Statements of one claim(limit=n) and of one completion flush, per vendor:
+#: PostgreSQL and SQLite write and read back in one UPDATE ... RETURNING; MariaDB
+#: selects under FOR UPDATE, then updates, in one transaction (its BEGIN and COMMIT
+#: are captured statements there).
+STATEMENTS = {"postgresql": 1, "sqlite": 1, "mysql": 4}
+
+
+def foreman(**options: Any) -> Foreman:
+    options.setdefault("min_sleep_ms", 5)
+    options.setdefault("max_sleep_ms", 50)
+    options.setdefault("ramp_time_ms", 0)
+    return Foreman(ForemanOptions(burst=True, **options))
+
+
+def test_claim__a_batch_is_one_statement_in_claim_order(django_assert_num_queries: Any) -> None:
+    for priority, label in [(5, "e"), (1, "a"), (3, "c"), (1, "b"), (9, "z")]:
+        enqueue_job(None, "worker.record", {"label": label}, priority=priority)
+    with django_assert_num_queries(STATEMENTS[connection.vendor]):
+        jobs = storage.claim("default", owner="t", limit=4)
+    assert [j.payload["label"] for j in jobs] == ["a", "b", "c", "e"]
+    assert {j.status for j in jobs} == {JobStatus.PROCESSING}
+    assert len({j.lease_token for j in jobs}) == 1
+    stored = {j.pk: j for j in Job.objects.filter(pk__in=[j.pk for j in jobs])}
+    for job in jobs:
+        assert stored[job.pk].lease_token == job.lease_token
+        assert stored[job.pk].attempt == job.attempt == 1
+        assert stored[job.pk].lease_expires_at == job.lease_expires_at
+        assert stored[job.pk].started_at == job.started_at
+    [rest] = storage.claim("default", owner="t", limit=4)
+    assert rest.payload["label"] == "z"
+
+
+def test_complete_many__one_statement_and_a_lost_lease_is_not_written(
+    django_assert_num_queries: Any,
+) -> None:
+    for i in range(3):
+        enqueue_job(None, "worker.record", {"label": str(i)})
+    first, stolen, last = storage.claim("default", owner="t", limit=3)
+    with django_assert_num_queries(STATEMENTS[connection.vendor]):
+        assert storage.complete_many([(first, {"n": 1})]) == [True]
+    Job.objects.filter(pk=stolen.pk).update(lease_token="someone-else")
+    assert storage.complete_many([(stolen, {"n": 2}), (last, None)]) == [False, True]
+    rows = {j.pk: j for j in Job.objects.all()}
+    assert rows[first.pk].status == JobStatus.DONE
+    assert rows[first.pk].result == {"n": 1}
+    assert rows[first.pk].lease_token == ""
+    assert rows[stolen.pk].status == JobStatus.PROCESSING
+    assert rows[stolen.pk].result is None
+    assert rows[last.pk].status == JobStatus.DONE
+    assert rows[last.pk].result is None
+
+
+def test_foreman__a_claim_never_exceeds_free_slots_plus_prefetch() -> None:
+    for i in range(30):
+        enqueue_job(None, "worker.record", {"label": str(i)})
+    run = foreman(concurrency=3, prefetch=1)
+    assert run.run(install_signals=False) == {"done": 30}
+    assert 1 < run.largest_claim <= 3 + 1
+    assert run.claims < 30  # batches formed
+    assert RunRecord.objects.count() == 30
+
+
+def test_foreman__a_batch_keeps_the_per_type_limit() -> None:
+    worker_jobs.limited_max = 0
+    for _ in range(8):
+        enqueue_job(None, "worker.limited", {"s": 0.02})
+    for i in range(4):
+        enqueue_job(None, "worker.record", {"label": str(i)})
+    run = foreman(concurrency=4, prefetch=2)
+    assert run.run(install_signals=False) == {"done": 12}
+    assert worker_jobs.limited_max == 1
+    assert Job.objects.filter(status=JobStatus.DONE, attempt=1).count() == 12
+
+
+def test_foreman__priority_order_holds_across_batches() -> None:
+    for i in range(6):
+        enqueue_job(None, "worker.record", {"label": f"low{i}"}, priority=200)
+    for i in range(6):
+        enqueue_job(None, "worker.record", {"label": f"high{i}"}, priority=1)
+    assert foreman(concurrency=1, prefetch=2).run(install_signals=False) == {"done": 12}
+    order = list(RunRecord.objects.order_by("id").values_list("label", flat=True))
+    assert order == [f"high{i}" for i in range(6)] + [f"low{i}" for i in range(6)]
