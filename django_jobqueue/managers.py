@@ -31,7 +31,6 @@ creation and the guarded advance of a plan to its next tick.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import uuid
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from .conf import get_config
 from .dbclock import Now
 from .exceptions import DirectCreateRefused, DuplicateJob, WrongDatabase
 from .rawinsert import Row, insert_rows, insert_unless_held
+from .validation import hold_hash
 
 __all__ = [
     "CreateRefusingQuerySet",
@@ -67,14 +67,6 @@ _M = TypeVar("_M", bound=models.Model)
 _INTEGRITY_RETRIES = 3
 #: Half the window of the guarded advance of a plan (see ScheduleJobManager.advance).
 _MS = timedelta(milliseconds=1)
-
-
-def hold_hash(text: str) -> str:
-    """Return the hex SHA-256 of ``text``'s UTF-8 bytes: the indexed form of a hold.
-
-    Comparing hashes compares ids byte for byte, whatever the database collation.
-    """
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class EnqueueResult(dict[str, str]):

@@ -33,11 +33,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.apps import apps
 from django.db import connections, transaction
 from django.utils.duration import duration_microseconds
 
 from . import dbclock
 from .conf import get_config
+from .validation import hold_hash
 from .wakeups import CHANNEL, local_event
 
 __all__ = ["Row", "insert_rows", "insert_unless_held", "rows_per_statement", "wake_local"]
@@ -73,12 +75,13 @@ class _Plan:
     """What an insert on one alias and vendor never recomputes."""
 
     def __init__(self, using: str) -> None:
-        from .models import Job  # deferred: models need the app registry
-
+        # Through the app registry, not an import: models import managers, which
+        # import this module.
+        job_model = apps.get_model("django_jobqueue", "Job")
         conn = connections[using]
         self.vendor = conn.vendor
         quote = conn.ops.quote_name
-        meta = Job._meta
+        meta = job_model._meta
         self.fields = [f for f in meta.concrete_fields if not f.primary_key]
         self.by_name = {f.attname: f for f in self.fields}
         columns = ", ".join(quote(str(f.column)) for f in self.fields)
@@ -120,7 +123,6 @@ class _Plan:
         sql = self.shapes.get(shape)
         parts: list[str] | None = [] if sql is None else None
         sqlite = self.vendor == "sqlite"
-        from .managers import hold_hash  # deferred: managers import this module
 
         for f in self.fields:
             name = f.attname
@@ -309,7 +311,6 @@ def insert_unless_held(
     using = spec.using
     plan = _plan(using)
     conn = connections[using]
-    from .managers import hold_hash  # deferred: managers import this module
 
     lock = "true"
     for _key in reversed(lock_keys):  # nested: a later key is tried once the earlier is held

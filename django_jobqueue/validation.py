@@ -7,6 +7,7 @@ message says what to change. Nothing here touches the database.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "check_positive_int",
     "check_queue",
     "check_text",
+    "hold_hash",
     "text_problem",
 ]
 
@@ -162,3 +164,11 @@ def check_positive_int(value: Any, name: str, minimum: int = 1, maximum: int = M
             f"{name} must be an integer from {minimum} to {maximum}: got {value!r}."
         )
     return value
+
+
+def hold_hash(text: str) -> str:
+    """Return the hex SHA-256 of ``text``'s UTF-8 bytes: the indexed form of a hold.
+
+    Comparing hashes compares ids byte for byte, whatever the database collation.
+    """
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
