@@ -46,11 +46,12 @@ def _headers(token: str) -> dict[str, str]:
     }
 
 
-def _request_kwargs(call: Call[Any], timeout: float | None) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"params": call.params}
+def _request_kwargs(call: Call[Any], token: str, timeout: float | None) -> dict[str, Any]:
+    headers = _headers(token)
+    kwargs: dict[str, Any] = {"params": call.params, "headers": headers}
     if call.json is not None or call.method == "POST":
         kwargs["content"] = json.dumps(call.json if call.json is not None else {})
-        kwargs["headers"] = {"Content-Type": "application/json"}
+        headers["Content-Type"] = "application/json"
     if timeout is not None:
         kwargs["timeout"] = timeout
     return kwargs
@@ -142,8 +143,7 @@ class Client(_Base):
             response = self._http.request(
                 call.method,
                 self.url + call.path,
-                headers=_headers(self.token),
-                **_request_kwargs(call, timeout),
+                **_request_kwargs(call, self.token, timeout),
             )
         except httpx.TransportError as exc:
             raise GatewayUnreachable(f"{type(exc).__name__}: {exc}") from exc
@@ -336,8 +336,7 @@ class AsyncClient(_Base):
             response = await self._http.request(
                 call.method,
                 self.url + call.path,
-                headers=_headers(self.token),
-                **_request_kwargs(call, timeout),
+                **_request_kwargs(call, self.token, timeout),
             )
         except httpx.TransportError as exc:
             raise GatewayUnreachable(f"{type(exc).__name__}: {exc}") from exc
