@@ -210,8 +210,8 @@ class Worker:
         try:
             return self._run()
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            for restored, handler in previous.items():
+                signal.signal(restored, handler)
             if self._own_client:
                 self.client.close()
 
