@@ -325,3 +325,43 @@ def test_example_logging__one_line_per_failed_attempt_and_the_traceback_in_the_f
     )
     assert "Traceback (most recent call last):" in text
     assert f"RelayUnavailable: The mail relay refused issue {issue.pk}" in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_token__prints_a_curl_line_the_gateway_accepts(client_site, tmp_path, monkeypatch):
+    """make demo's banner: demo_token's curl line enqueues a job through the example
+    project's sdk/ with the token it printed; a second run reuses that token."""
+    import re
+    import shlex
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from django_jobqueue.apitokens import authenticate
+    from example_project.newsletter.management.commands import demo_token
+
+    monkeypatch.setattr(demo_token, "token_file", lambda: tmp_path / "var" / "demo-token")
+    out = StringIO()
+    call_command("demo_token", "--port", "8123", stdout=out)
+    again = StringIO()
+    call_command("demo_token", "--port", "8123", stdout=again)
+
+    words = shlex.split(out.getvalue())
+    assert words[0] == "curl"
+    assert words[-1] == "http://127.0.0.1:8123/sdk/jobs"
+    token = re.fullmatch(r"Authorization: Bearer (\S+)", words[2]).group(1)
+    assert (tmp_path / "var" / "demo-token").read_text().strip() == token
+    assert again.getvalue() == out.getvalue()
+    assert sorted(authenticate(token).scopes) == ["produce", "read"]
+    body = words[words.index("-d") + 1]
+
+    response = client_site.post(
+        "/sdk/jobs",
+        data=body,
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(jid=response.json()["jid"])
+    assert (job.queue, job.job_type, job.status) == ("emails", "newsletter.daily_digest", "init")

@@ -253,6 +253,14 @@ class RegisterIn(_In):
     concurrency: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1
     version: Annotated[StrictStr, Field(max_length=64)] = ""
 
+    @field_validator("name", "host", "version", "languages", "queues", "job_types")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        # Stored in text and JSON columns: PostgreSQL refuses NUL in both.
+        if "\x00" in (value if isinstance(value, str) else "".join(value)):
+            raise ValueError("must not contain NUL (\\u0000)")
+        return value
+
 
 class RegisterOut(Schema):
     """What a worker should use: its lease and heartbeat interval, ms."""

@@ -1,0 +1,211 @@
+"""Enqueue throughput through the HTTP gateway against in-process enqueueing, on
+PostgreSQL, in one run (issue 12, "Served for real").
+
+Not a test: run it by hand (it needs the ``bench``, ``client`` and ``postgres``
+extras)::
+
+    .venv/bin/python bench/gateway.py                      # 500 singles, 5 batches of 1,000
+    .venv/bin/python bench/gateway.py --singles 1000 --batches 10 --url postgres://...
+
+It creates (once) and migrates a scratch database, serves the example project with
+``gunicorn --workers 2`` on 127.0.0.1 (sync views: one request per worker process at
+a time), and times, each on an emptied job table:
+
+- ``enqueue_job`` in this process, one job per transaction (the baseline of singles);
+- bulk in-process: a loop of ``enqueue_job`` in one transaction (the tree has no
+  ``enqueue_many`` yet; the label says which one ran);
+- ``POST /sdk/jobs`` one at a time from one client (django_jobqueue.client);
+- ``POST /sdk/jobs/batch`` with 1,000 jobs per request.
+
+It prints jobs/s of each and the gateway's ratios to the in-process figures. Bounded:
+``--max-seconds`` per phase stops a phase early (its rate is still reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/jq_bench_gateway"
+JOB_TYPE, QUEUE = "newsletter.daily_digest", "emails"
+
+
+def ensure_database(url: str) -> None:
+    """Create the scratch database of ``url`` if it does not exist."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin_url = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+            print(f"created database {name}")
+
+
+def empty_jobs() -> None:
+    """Delete every job (and unique lock) so each phase starts alike."""
+    from django.db import connection
+
+    from django_jobqueue.models import Job
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {Job._meta.db_table} CASCADE")
+
+
+def rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
+def timed(label: str, run: Any, max_seconds: float) -> float:
+    """Run ``run(deadline) -> jobs``; print and return its jobs/s."""
+    empty_jobs()
+    start = time.perf_counter()
+    jobs = run(start + max_seconds)
+    seconds = time.perf_counter() - start
+    jobs_per_s = rate(jobs, seconds)
+    print(f"{label:<48} {jobs:>6} jobs in {seconds:6.2f} s  {jobs_per_s:9.0f} jobs/s")
+    return jobs_per_s
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_gunicorn(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    """Serve example_project.wsgi with 2 sync workers; return once it answers."""
+    import httpx
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}",
+         "--log-level", "warning", "example_project.wsgi:application"],
+        cwd=ROOT,
+        env=env,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit("gunicorn exited")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/sdk/openapi.json").status_code == 200:
+                return process
+        except httpx.TransportError:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("gunicorn did not answer within 60 s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default=DEFAULT_URL, help="PostgreSQL URL of a scratch database")
+    parser.add_argument("--singles", type=int, default=500, help="jobs enqueued one by one")
+    parser.add_argument("--batches", type=int, default=5, help="batches of --batch-size")
+    parser.add_argument("--batch-size", type=int, default=1_000)
+    parser.add_argument("--max-seconds", type=float, default=60, help="bound of each phase")
+    args = parser.parse_args()
+
+    ensure_database(args.url)
+    os.environ["DATABASE_URL"] = args.url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import transaction
+
+    import django_jobqueue
+    from django_jobqueue import enqueue_job
+    from django_jobqueue.apitokens import issue_token
+    from django_jobqueue.client import Client
+
+    call_command("migrate", verbosity=0)
+    token = issue_token("bench", queues=[QUEUE], scopes=["produce"])[1]
+    total = args.batches * args.batch_size
+    payload = {"n": 0}
+
+    def singles(deadline: float) -> int:
+        for n in range(args.singles):
+            enqueue_job(QUEUE, JOB_TYPE, payload)
+            if time.perf_counter() > deadline:
+                return n + 1
+        return args.singles
+
+    bulk_many = getattr(django_jobqueue, "enqueue_many", None)
+
+    def bulk(deadline: float) -> int:
+        for _ in range(args.batches):
+            if bulk_many is not None:
+                bulk_many(
+                    [{"queue": QUEUE, "job_type": JOB_TYPE, "payload": payload}] * args.batch_size
+                )
+            else:
+                with transaction.atomic():
+                    for _n in range(args.batch_size):
+                        enqueue_job(QUEUE, JOB_TYPE, payload)
+        return total
+
+    print(f"PostgreSQL {args.url}; gunicorn --workers 2 serving example_project")
+    in_single = timed("in-process enqueue_job, one per transaction", singles, args.max_seconds)
+    bulk_label = (
+        "in-process enqueue_many, 1,000 per call"
+        if bulk_many is not None
+        else "in-process enqueue_job loop, 1,000 per transaction"
+    )
+    in_bulk = timed(bulk_label, bulk, args.max_seconds)
+
+    port = free_port()
+    server = start_gunicorn({**os.environ, "PYTHONUNBUFFERED": "1"}, port)
+    try:
+        with Client(f"http://127.0.0.1:{port}/sdk", token) as jq:
+            jq.enqueue(JOB_TYPE, payload, queue=QUEUE)  # warm both workers' imports
+
+            def http_singles(deadline: float) -> int:
+                for n in range(args.singles):
+                    jq.enqueue(JOB_TYPE, payload, queue=QUEUE)
+                    if time.perf_counter() > deadline:
+                        return n + 1
+                return args.singles
+
+            def http_batches(deadline: float) -> int:
+                jobs = [
+                    {"job_type": JOB_TYPE, "payload": payload, "queue": QUEUE}
+                ] * args.batch_size
+                done = 0
+                for _ in range(args.batches):
+                    done += len(jq.enqueue_batch(jobs))
+                    if time.perf_counter() > deadline:
+                        break
+                return done
+
+            gw_single = timed(
+                "gateway POST /sdk/jobs, one client, sequential", http_singles, args.max_seconds
+            )
+            gw_batch = timed(
+                "gateway POST /sdk/jobs/batch, 1,000 per request", http_batches, args.max_seconds
+            )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    empty_jobs()
+    print()
+    print(f"gateway single / in-process enqueue_job: {gw_single / in_single:.2f}")
+    print(f"gateway batch  / in-process bulk:        {gw_batch / in_bulk:.2f}")
+    print(f"gateway batch  / in-process enqueue_job: {gw_batch / in_single:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,409 @@
+"""A worker loop over the gateway's worker protocol: run job handlers written in Python
+in a process that has no database credentials, only a URL and a token.
+
+::
+
+    from django_jobqueue.client import Worker
+
+    def send(payload, ctx):
+        ...                       # ctx.jid, ctx.attempt; stop early if ctx.cancelled
+        return {"sent": True}     # the job's JSON result
+
+    Worker({"emails.send": send}, url="https://app.example.com/sdk", token="jqt_...",
+           queues=["emails"], concurrency=4).run()
+
+:meth:`Worker.run` registers the worker (the console lists it), long-polls
+``/worker/claim`` for as many jobs as it has free threads, runs each handler in a
+thread, heartbeats every running job every ``heartbeat_ms`` (a ``cancel_requested``
+answer sets ``ctx.cancelled``) and reports ``complete`` with the handler's return
+value or ``fail`` with its exception: :class:`NoRetry` dead-letters the job at once,
+:class:`Cancelled` (or any exception once a cancel was asked) reports it cancelled,
+anything else is retried with the server's backoff. A ``409 lease_lost`` (the lease
+expired and the job was taken back) drops the outcome: the job runs again elsewhere.
+
+SIGTERM or SIGINT (or :meth:`Worker.stop`) stops claiming; running jobs finish and
+are reported, then ``run`` returns. A claim in flight ends within ``wait_ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, TypeVar
+
+from .errors import GatewayError, LeaseLost, RateLimited, ServiceUnavailable
+from .errors import GatewayUnreachable as _Unreachable
+from .producer import Client
+from .types import ClaimedJob
+
+__all__ = ["Cancelled", "Handler", "JobContext", "NoRetry", "Worker"]
+
+logger = logging.getLogger("django_jobqueue.client")
+
+T = TypeVar("T")
+
+#: Reports (complete, fail) are tried this many times on a 503 or no answer.
+REPORT_TRIES = 4
+
+
+class NoRetry(Exception):
+    """Raise from a handler to dead-letter the job at once (``fail`` with retry false)."""
+
+
+class Cancelled(Exception):
+    """Raise from a handler that stopped because ``ctx.cancelled`` became true."""
+
+
+@dataclass
+class JobContext:
+    """What a handler knows of its job; ``cancelled`` and ``stopping`` change while it
+    runs (read them in long loops)."""
+
+    jid: str
+    queue: str
+    job_type: str
+    id: str | None
+    attempt: int
+    max_retry: int
+    priority: int
+    timeout_ms: int
+    lease_token: str
+    worker: str
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once a heartbeat answered ``cancel_requested``: stop and raise
+        :class:`Cancelled`."""
+        return self._cancel.is_set()
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once a heartbeat answered 409: the outcome will be dropped."""
+        return self._lost.is_set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once the worker was asked to stop (it still waits for this job)."""
+        return self._stopping.is_set()
+
+
+#: A job handler: ``handler(payload, ctx)`` returns the job's JSON result.
+Handler = Callable[[Any, JobContext], Any]
+
+
+class Worker:
+    """Run ``handlers`` for jobs claimed from the gateway (see the module docstring).
+
+    Parameters
+    ----------
+    handlers:
+        ``{job_type: handler}``; the claim names these job types only.
+    url, token:
+        The gateway's base URL (``.../sdk``) and a token with the ``work`` scope;
+        default: the environment's ``JOBQUEUE_URL`` and ``JOBQUEUE_TOKEN``.
+    queues:
+        The queues to claim from.
+    concurrency:
+        Handler threads (and the most jobs held at once).
+    name:
+        The registered name (default ``python-<host>-<pid>``).
+    wait_ms:
+        Longest wait of one claim, ms (capped by the server's ``max_wait_ms``); also
+        the longest a stop waits for a claim in flight.
+    lease_ms:
+        The lease asked for at claim and heartbeat (None: the server's ``LEASE_MS``).
+    client:
+        A :class:`Client` to use (None: one made from ``url`` and ``token``).
+    install_signals:
+        Stop gracefully on SIGTERM and SIGINT (only from the main thread).
+
+    Raises
+    ------
+    ValueError
+        If no handler, queue, URL or token is given, or ``concurrency`` < 1.
+    """
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        queues: Sequence[str],
+        concurrency: int = 1,
+        name: str | None = None,
+        wait_ms: int = 5_000,
+        lease_ms: int | None = None,
+        client: Client | None = None,
+        install_signals: bool = True,
+    ) -> None:
+        if not handlers:
+            raise ValueError("Worker needs at least one handler")
+        if not queues:
+            raise ValueError("Worker needs at least one queue")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if client is None:
+            url = url or os.environ.get("JOBQUEUE_URL")
+            token = token or os.environ.get("JOBQUEUE_TOKEN")
+            if not url or not token:
+                raise ValueError("Worker needs url and token (or JOBQUEUE_URL/JOBQUEUE_TOKEN)")
+            client = Client(url, token)
+            self._own_client = True
+        else:
+            self._own_client = False
+        self.client = client
+        self.handlers = dict(handlers)
+        self.queues = list(queues)
+        self.concurrency = concurrency
+        self.name = name or f"python-{socket.gethostname()}-{os.getpid()}"
+        self.wait_ms = wait_ms
+        self.lease_ms = lease_ms
+        self.install_signals = install_signals
+        #: Outcomes so far: completed, failed, cancelled, lost (409), unreported.
+        self.stats = {"completed": 0, "failed": 0, "cancelled": 0, "lost": 0, "unreported": 0}
+        self._stop = threading.Event()
+        self._slot = threading.Condition()
+        self._running: dict[str, JobContext] = {}
+        self._stats_lock = threading.Lock()
+
+    # Control ------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to stop: no more claims; running jobs finish, then run returns."""
+        if not self._stop.is_set():
+            logger.info("worker %s: stopping; %s job(s) running", self.name, len(self._running))
+        self._stop.set()
+        with self._slot:
+            for ctx in self._running.values():
+                ctx._stopping.set()
+            self._slot.notify_all()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        logger.info("worker %s: %s received", self.name, signal.Signals(signum).name)
+        self.stop()
+
+    def run(self) -> dict[str, int]:
+        """Register, then claim and run jobs until stopped; return :attr:`stats`.
+
+        Raises
+        ------
+        GatewayError
+            If the registration is refused (``Unauthorized``, ``Forbidden``...). Errors
+            after it are logged and retried, never raised.
+        """
+        previous: dict[int, Any] = {}
+        if self.install_signals and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                previous[signum] = signal.signal(signum, self._on_signal)
+        try:
+            return self._run()
+        finally:
+            for restored, handler in previous.items():
+                signal.signal(restored, handler)
+            if self._own_client:
+                self.client.close()
+
+    # The loop -------------------------------------------------------------------
+
+    def _run(self) -> dict[str, int]:
+        registration = self.client.register(
+            name=self.name,
+            host=socket.gethostname()[:255],
+            pid=os.getpid(),
+            languages=["python"],
+            queues=self.queues,
+            job_types=list(self.handlers),
+            concurrency=self.concurrency,
+            version="django-jobqueue-client",
+        )
+        wait_ms = max(0, min(self.wait_ms, registration.max_wait_ms))
+        heartbeat_s = max(registration.heartbeat_ms, 100) / 1000
+        logger.info(
+            "worker %s: registered, queues %s, %s thread(s), heartbeat every %.1f s",
+            self.name,
+            ",".join(self.queues),
+            self.concurrency,
+            heartbeat_s,
+        )
+        beating = threading.Thread(
+            target=self._heartbeats, args=(heartbeat_s,), name=f"{self.name}-heartbeat"
+        )
+        beating.start()
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=self.name)
+        failures = 0
+        try:
+            while not self._stop.is_set():
+                with self._slot:
+                    free = self.concurrency - len(self._running)
+                    if free <= 0:
+                        self._slot.wait(1.0)
+                        continue
+                try:
+                    jobs = self.client.claim(
+                        self.queues,
+                        job_types=list(self.handlers),
+                        limit=min(free, 100),
+                        wait_ms=wait_ms,
+                        worker=self.name,
+                        lease_ms=self.lease_ms,
+                    )
+                    failures = 0
+                except GatewayError as exc:
+                    failures += 1
+                    pause = _pause(exc, failures)
+                    logger.warning(
+                        "worker %s: claim failed (%s); again in %.1f s", self.name, exc, pause
+                    )
+                    self._stop.wait(pause)
+                    continue
+                for job in jobs:
+                    ctx = _context(job, self.name)
+                    if self._stop.is_set():
+                        ctx._stopping.set()
+                    with self._slot:
+                        self._running[job.jid] = ctx
+                    pool.submit(self._execute, job, ctx)
+        finally:
+            pool.shutdown(wait=True)
+            self._stop.set()
+            beating.join()
+        logger.info("worker %s: stopped; %s", self.name, self.stats)
+        return dict(self.stats)
+
+    def _heartbeats(self, every_s: float) -> None:
+        while not self._stop.wait(every_s) or self._running:
+            with self._slot:
+                running = list(self._running.values())
+            for ctx in running:
+                if ctx.lease_lost:
+                    continue
+                try:
+                    if self.client.heartbeat(ctx.jid, ctx.lease_token, lease_ms=self.lease_ms):
+                        if not ctx.cancelled:
+                            logger.info("worker %s: job %s asked to stop", self.name, ctx.jid)
+                        ctx._cancel.set()
+                except LeaseLost:
+                    logger.warning("worker %s: lease of job %s lost", self.name, ctx.jid)
+                    ctx._lost.set()
+                except GatewayError as exc:
+                    logger.warning("worker %s: heartbeat of %s failed: %s", self.name, ctx.jid, exc)
+            if self._stop.is_set():
+                time.sleep(min(every_s, 0.2))
+
+    def _execute(self, job: ClaimedJob, ctx: JobContext) -> None:
+        try:
+            self._execute_job(job, ctx)
+        except Exception:  # a bug here must not kill the pool thread silently
+            logger.exception("worker %s: job %s: unexpected error", self.name, job.jid)
+        finally:
+            with self._slot:
+                self._running.pop(job.jid, None)
+                self._slot.notify_all()
+
+    def _execute_job(self, job: ClaimedJob, ctx: JobContext) -> None:
+        handler = self.handlers.get(job.job_type)
+        if ctx.cancelled or job.cancel_requested:
+            ctx._cancel.set()
+        if handler is None:
+            message = f"no handler for job type {job.job_type!r} in worker {self.name}"
+            self._report(
+                ctx,
+                "failed",
+                lambda: self.client.fail(
+                    job.jid, job.lease_token, message, exception_class="NoHandler", retry=False
+                ),
+            )
+            return
+        try:
+            result = handler(job.payload, ctx)
+        except Exception as exc:
+            cancelled = isinstance(exc, Cancelled) or ctx.cancelled
+            kind = "cancelled" if cancelled else "failed"
+            error = str(exc) or type(exc).__name__
+            cls = type(exc).__name__
+            retry = not isinstance(exc, NoRetry)
+            if not cancelled:
+                logger.warning("worker %s: job %s failed: %s: %s", self.name, job.jid, cls, error)
+            self._report(
+                ctx,
+                kind,
+                lambda: self.client.fail(
+                    job.jid,
+                    job.lease_token,
+                    error,
+                    exception_class=cls,
+                    retry=retry,
+                    cancelled=cancelled,
+                ),
+            )
+            return
+        self._report(
+            ctx, "completed", lambda: self.client.complete(job.jid, job.lease_token, result)
+        )
+
+    def _report(self, ctx: JobContext, kind: str, send: Callable[[], str]) -> None:
+        if ctx.lease_lost:
+            self._count("lost")
+            return
+        for attempt in range(1, REPORT_TRIES + 1):
+            try:
+                send()
+            except LeaseLost:
+                logger.warning("worker %s: job %s: lease lost, outcome dropped", self.name, ctx.jid)
+                self._count("lost")
+                return
+            except (ServiceUnavailable, RateLimited, _Unreachable) as exc:
+                if attempt == REPORT_TRIES:
+                    logger.error("worker %s: job %s not reported: %s", self.name, ctx.jid, exc)
+                    self._count("unreported")
+                    return
+                time.sleep(_pause(exc, attempt))
+                continue
+            except GatewayError as exc:
+                logger.error("worker %s: job %s: report refused: %s", self.name, ctx.jid, exc)
+                self._count("unreported")
+                return
+            self._count(kind)
+            return
+
+    def _count(self, kind: str) -> None:
+        with self._stats_lock:
+            self.stats[kind] += 1
+
+
+def _context(job: ClaimedJob, worker: str) -> JobContext:
+    ctx = JobContext(
+        jid=job.jid,
+        queue=job.queue,
+        job_type=job.job_type,
+        id=job.id,
+        attempt=job.attempt,
+        max_retry=job.max_retry,
+        priority=job.priority,
+        timeout_ms=job.timeout_ms,
+        lease_token=job.lease_token,
+        worker=worker,
+    )
+    if job.cancel_requested:
+        ctx._cancel.set()
+    return ctx
+
+
+def _pause(exc: GatewayError, failures: int) -> float:
+    """Seconds to wait after ``failures`` errors in a row: Retry-After, else 0.5 s
+    doubling up to 10 s."""
+    if exc.retry_after is not None:
+        return min(max(exc.retry_after, 0.1), 60.0)
+    return min(0.5 * 2 ** (failures - 1), 10.0)

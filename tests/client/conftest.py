@@ -1,0 +1,42 @@
+"""Fixtures of the client tests: a live gateway per module, tokens on it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from django_jobqueue.apitokens import issue_token
+from django_jobqueue.client import Client
+
+from .live import live_gateway
+
+#: The server's JOBQUEUE in these tests: short leases, so heartbeats come quickly.
+SERVER_JOBQUEUE = {"LEASE_MS": 3_000, "HEARTBEAT_MS": 500, "GATEWAY": {"CLAIM_POLL_MS": 100}}
+
+
+@pytest.fixture(scope="module")
+def gateway_url(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    """The base URL of a gateway server shared by the tests of a module."""
+    with django_db_blocker.unblock(), live_gateway(SERVER_JOBQUEUE) as url:
+        yield url
+
+
+@pytest.fixture
+def make_token(transactional_db: None) -> Callable[..., str]:
+    """Return ``make(scopes=..., queues=...)`` -> a committed token's text."""
+
+    def make(
+        scopes: tuple[str, ...] = ("produce", "read", "work"), queues: tuple[str, ...] = ("*",)
+    ) -> str:
+        return issue_token("client-tests", queues=queues, scopes=scopes)[1]
+
+    return make
+
+
+@pytest.fixture
+def client(gateway_url: str, make_token: Callable[..., str]) -> Iterator[Client]:
+    """A sync client with a produce/read/work token on every queue."""
+    with Client(gateway_url, make_token()) as jq:
+        yield jq

@@ -1,0 +1,196 @@
+"""The client's worker loop against a live gateway: it runs jobs, reports failures
+with or without retry, honours a cancel request and stops gracefully on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from django_jobqueue.client import Cancelled, NoRetry, Worker
+from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.models import Worker as WorkerRow
+from tests.workers_helpers import ROOT
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUE = "gw"
+
+
+def wait_until(predicate, timeout_s=30.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Running:
+    """A Worker run in a thread of this process (no signals)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.stats: dict[str, int] = {}
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        self.stats = self.worker.run()
+
+    def __enter__(self) -> Running:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def test_worker__runs_jobs_and_reports_results(client, gateway_url):
+    jids = [
+        r.jid
+        for r in client.enqueue_batch(
+            [{"job_type": "gw.echo", "payload": {"n": n}, "queue": QUEUE} for n in range(20)]
+        )
+    ]
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def echo(payload, ctx):
+        with lock:
+            seen.append(ctx.jid)
+        return {"double": payload["n"] * 2, "attempt": ctx.attempt}
+
+    worker = Worker(
+        {"gw.echo": echo},
+        client=client,
+        queues=[QUEUE],
+        concurrency=4,
+        wait_ms=200,
+        install_signals=False,
+        name="py-test-worker",
+    )
+    with Running(worker) as running:
+        wait_until(
+            lambda: Job.objects.filter(status=JobStatus.DONE).count() == 20, what="20 jobs done"
+        )
+
+    assert sorted(seen) == sorted(jids)
+    for jid in jids:
+        job = Job.objects.get(jid=jid)
+        assert job.result == {"double": job.payload["n"] * 2, "attempt": 1}
+    assert running.stats["completed"] == 20
+    row = WorkerRow.objects.get(name="py-test-worker")
+    assert (row.kind, row.languages, row.queues) == ("gateway", ["python"], [QUEUE])
+
+
+def test_worker__a_failure_retries_and_no_retry_dead_letters(client):
+    retried = client.enqueue("gw.echo", {"mode": "flaky"}, queue=QUEUE, max_retry=3).jid
+    final = client.enqueue("gw.echo", {"mode": "fatal"}, queue=QUEUE, max_retry=3).jid
+
+    def handler(payload, ctx):
+        if payload["mode"] == "fatal":
+            raise NoRetry("bad address")
+        raise ValueError(f"flaky attempt {ctx.attempt}")
+
+    worker = Worker(
+        {"gw.echo": handler}, client=client, queues=[QUEUE], wait_ms=200, install_signals=False
+    )
+    with Running(worker):
+        wait_until(lambda: Job.objects.get(jid=final).status == JobStatus.ERROR, what="fatal")
+        wait_until(
+            lambda: (
+                Job.objects.get(jid=retried).attempt >= 1
+                and Job.objects.get(jid=retried).status == JobStatus.RETRY
+            ),
+            what="retry",
+        )
+
+    fatal = client.get_job(final)
+    # The gateway stores "<exception_class>: <error>" as the message.
+    assert (fatal.state, fatal.status, fatal.last_error.message) == (
+        "failed",
+        "error",
+        "NoRetry: bad address",
+    )
+    flaky = Job.objects.get(jid=retried)
+    assert flaky.errors[-1]["message"] == "ValueError: flaky attempt 1"
+    assert flaky.run_at > flaky.updated_at  # backoff before the next attempt
+
+
+def test_worker__a_cancel_request_reaches_the_handler(client):
+    jid = client.enqueue("gw.echo", {}, queue=QUEUE).jid
+    started = threading.Event()
+
+    def patient(payload, ctx):
+        started.set()
+        deadline = time.monotonic() + 20
+        while not ctx.cancelled:
+            if time.monotonic() > deadline:
+                return "never cancelled"
+            time.sleep(0.05)
+        raise Cancelled("asked to stop")
+
+    worker = Worker(
+        {"gw.echo": patient}, client=client, queues=[QUEUE], wait_ms=200, install_signals=False
+    )
+    with Running(worker) as running:
+        assert started.wait(20)
+        answer = client.cancel(jid)
+        assert (answer.cancelled, answer.cancel_requested) == (False, True)
+        wait_until(lambda: Job.objects.get(jid=jid).status == JobStatus.CANCELLED, what="cancelled")
+
+    assert running.stats["cancelled"] == 1
+    assert client.get_job(jid).state == "cancelled"
+
+
+def test_worker__sigterm_finishes_running_jobs_then_exits(
+    client, gateway_url, make_token, tmp_path
+):
+    jids = [
+        r.jid
+        for r in client.enqueue_batch(
+            [{"job_type": "gw.echo", "payload": {"n": n}, "queue": QUEUE} for n in range(6)]
+        )
+    ]
+    record = tmp_path / "record.txt"
+    record.touch()
+    # No Django settings in its environment: the client needs none.
+    process = subprocess.Popen(  # noqa: S603
+        [
+            sys.executable,
+            str(ROOT / "tests/client/worker_script.py"),
+            gateway_url,
+            make_token(),
+            QUEUE,
+            str(record),
+        ],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: record.read_text().count("start ") >= 2, what="two jobs started")
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+    assert process.returncode == 0, err
+    lines = record.read_text().split()
+    started = {jid for word, jid in zip(lines[0::2], lines[1::2], strict=True) if word == "start"}
+    ended = {jid for word, jid in zip(lines[0::2], lines[1::2], strict=True) if word == "end"}
+    assert started == ended  # every job it began, it finished
+    assert 2 <= len(started) < len(jids)
+    stats = json.loads(out.strip().splitlines()[-1])
+    assert stats["completed"] == len(started)
+    done = set(Job.objects.filter(status=JobStatus.DONE).values_list("jid", flat=True))
+    assert done == started
+    assert Job.objects.filter(jid__in=jids, status=JobStatus.INIT).count() == len(jids) - len(done)
