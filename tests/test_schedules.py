@@ -105,10 +105,9 @@ def test_materialize__four_processes_make_one_job_per_tick(subprocess_env):
 
 def test_runworkers__four_foreman_processes_make_one_job_per_tick():
     """4 real runworkers processes share an every-second plan for about 10 s."""
-    import signal
     import time
 
-    from tests.workers_helpers import run_workers
+    from tests.workers_helpers import StartedWorkers
 
     plan = ScheduleJob.objects.create(
         name="every-second",
@@ -118,17 +117,15 @@ def test_runworkers__four_foreman_processes_make_one_job_per_tick():
         schedule_at=next_tick("* * * * * *", "UTC", datetime.now(UTC)),
     )
     first_tick = plan.schedule_at
-    foremen = [
-        run_workers("--queues", "default", "--concurrency", "2", wait=False) for _ in range(4)
-    ]
+    foremen = [StartedWorkers("--queues", "default", "--concurrency", "2") for _ in range(4)]
     try:
+        for foreman in foremen:
+            foreman.wait_started()
         time.sleep(10)
     finally:
-        for foreman in foremen:
-            foreman.send_signal(signal.SIGTERM)
-        outcomes = [foreman.communicate(timeout=120) for foreman in foremen]
-    for foreman, (_out, err) in zip(foremen, outcomes, strict=True):
-        assert foreman.returncode == 0, err
+        outcomes = [foreman.stop() for foreman in foremen]
+    for code, err in outcomes:
+        assert code == 0, err
 
     jobs = jobs_of("every-second")
     ticks = [datetime.fromisoformat(t) for t in ticks_of("every-second")]

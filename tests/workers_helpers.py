@@ -117,3 +117,44 @@ def drain(
         )
     )
     return foreman.run(install_signals=False)
+
+
+class StartedWorkers:
+    """A running ``runworkers`` whose stderr is read by a thread, so its pipe never fills.
+
+    :meth:`wait_started` returns once the foreman logged that it started (its signal
+    handlers are installed by then), so a SIGTERM sent afterwards drains it instead of
+    killing a process still importing Django.
+    """
+
+    def __init__(self, *args: str, env: Mapping[str, str] | None = None) -> None:
+        import threading
+
+        self.process = run_workers(*args, env=env, wait=False, capture=True)
+        self.lines: list[str] = []
+        self._started = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            if "foreman started" in line:
+                self._started.set()
+
+    def wait_started(self, timeout_s: float = 120) -> None:
+        """Wait until the foreman started; AssertionError with its stderr if it did not."""
+        assert self._started.wait(timeout_s), "".join(self.lines)
+
+    def stop(self, timeout_s: float = 120) -> tuple[int, str]:
+        """SIGTERM it, wait for the exit; return (exit code, stderr)."""
+        import signal
+
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=timeout_s)
+        self._reader.join(timeout=10)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+        return self.process.returncode, "".join(self.lines)
