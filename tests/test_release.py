@@ -1,0 +1,159 @@
+"""Callers that write nothing let go at once; lock connections end with their thread;
+a cancel frees the unique key and the id; payload and result sizes (issue 11 items 3-6).
+
+Real threads on the real server (PostgreSQL, MariaDB, SQLite). Settle times are
+printed and appended to ``tests.no_duplicate_helpers.RESULTS_FILE``, never asserted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+
+from django_jobqueue import locks, maintenance, storage
+from django_jobqueue.enqueue import build_job, create_job, enqueue_job, enqueue_many
+from django_jobqueue.ids import Queue
+from django_jobqueue.models import Job, JobStatus
+from tests.no_duplicate_helpers import JOB_TYPE, advisory_locks_in_database, race_threads, record
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+THREADS = 30
+
+
+@pytest.fixture
+def queue() -> str:
+    """A queue of this test alone, so its lock names meet no other test's."""
+    return f"rel-{uuid.uuid4().hex[:12]}"
+
+
+def _hold_s() -> float:
+    # SQLite serialises whole write transactions: 30 x 1 s would only measure its
+    # busy timeout, so each holds 0.2 s there.
+    return 0.2 if connection.vendor == "sqlite" else 1.0
+
+
+def _assert_no_advisory_lock() -> None:
+    if connection.vendor == "postgresql":
+        assert advisory_locks_in_database() == 0
+
+
+# Item 3: a caller that writes nothing lets go at once ----------------------------
+
+
+def test_30_held_open_adds_of_one_id__one_true_29_false_no_error(queue: str) -> None:
+    handle = Queue(queue, job_type=JOB_TYPE)
+    hold_s = _hold_s()
+
+    def racer(i: int) -> bool:
+        with transaction.atomic():
+            added = handle.add({"racer": i}, id="x")
+            time.sleep(hold_s)
+        return added
+
+    race = race_threads(THREADS, racer)
+
+    assert race.errors == []
+    assert Counter(race.outcomes) == {True: 1, False: THREADS - 1}
+    (job,) = Job.objects.filter(queue=queue)
+    assert job.job_id == "x"
+    assert job.status == JobStatus.INIT
+    assert job.waiting
+    _assert_no_advisory_lock()
+    record(f"30 add(), atomic held {hold_s:.1f} s", connection.vendor, race.settle_s, 1, THREADS)
+
+
+@pytest.mark.parametrize("verb", ["update", "cancel"])
+def test_30_held_open_updates_or_cancels_of_a_missing_id__all_false_no_error(
+    queue: str, verb: str
+) -> None:
+    handle = Queue(queue, job_type=JOB_TYPE)
+    hold_s = _hold_s()
+
+    def racer(i: int) -> bool:
+        with transaction.atomic():
+            answer = handle.update("x", {"racer": i}) if verb == "update" else handle.cancel("x")
+            time.sleep(hold_s)
+        return answer
+
+    race = race_threads(THREADS, racer)
+
+    assert race.errors == []
+    assert Counter(race.outcomes) == {False: THREADS}
+    assert not Job.objects.filter(queue=queue).exists()
+    _assert_no_advisory_lock()
+    record(f"30 {verb}(), atomic held {hold_s:.1f} s", connection.vendor, race.settle_s, 0, THREADS)
+
+
+def test_a_false_add_inside_a_transaction_holds_no_lock_while_it_stays_open(queue: str) -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite: the caller's open transaction holds the one write lock")
+    handle = Queue(queue, job_type=JOB_TYPE)
+    assert handle.add("first", id="x") is True
+    with transaction.atomic():
+        assert handle.add("second", id="x") is False
+        # Still inside the caller's transaction: another thread takes the lock at once.
+        seen: list[Any] = []
+
+        def other() -> None:
+            try:
+                seen.append(handle.cancel("x"))
+            finally:
+                locks.close_lock_connections()
+                connections.close_all()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(timeout=30)
+        assert seen == [True]
+    assert handle.add("third", id="x") is True
+
+
+def test_a_deduplicated_batch_inside_a_transaction_frees_its_lock(queue: str) -> None:
+    assert enqueue_job(queue, JOB_TYPE, {"n": 0}, unique_key="k").status == "enqueued"
+    with transaction.atomic():
+        results = enqueue_many([{"queue": queue, "job_type": JOB_TYPE, "unique_key": "k"}])
+        assert [r.status for r in results] == ["deduplicated"]
+        _assert_no_advisory_lock()
+
+
+# Item 5: a cancel frees the unique key and the id ---------------------------------
+
+
+def test_operator_cancel_of_a_waiting_job_frees_its_unique_key_and_id(queue: str) -> None:
+    first = create_job(build_job(queue, JOB_TYPE, {"n": 1}, unique_key="digest", job_id="order-1"))
+    counts = maintenance.cancel_jobs(Job.objects.filter(jid=first.jid))
+    assert counts.cancelled == 1
+    row = Job.objects.get(jid=first.jid)
+    assert row.status == JobStatus.CANCELLED
+    assert (row.unique_key_hash, row.job_id_hash) == (None, None)
+
+    again = enqueue_job(queue, JOB_TYPE, {"n": 2}, unique_key="digest")
+    assert again.status == "enqueued"
+    assert again.jid != first.jid
+    assert Queue(queue, job_type=JOB_TYPE).add({"n": 3}, id="order-1") is True
+
+
+def test_ids_cancel_of_a_waiting_job_frees_its_unique_key_and_id(queue: str) -> None:
+    handle = Queue(queue, job_type=JOB_TYPE)
+    first = create_job(build_job(queue, JOB_TYPE, {"n": 1}, unique_key="digest", job_id="order-1"))
+    assert handle.cancel("order-1") is True
+    assert enqueue_job(queue, JOB_TYPE, {"n": 2}, unique_key="digest").status == "enqueued"
+    assert handle.add({"n": 3}, id="order-1") is True
+    assert not Job.objects.filter(jid=first.jid).exists()
+
+
+def test_a_dead_letter_keeps_its_unique_key_until_the_ttl(queue: str) -> None:
+    first = enqueue_job(queue, JOB_TYPE, {"n": 1}, unique_key="digest", max_retry=0)
+    (job,) = storage.claim("default", owner="test", limit=1, queues=[queue])
+    assert job.jid == first.jid
+    assert storage.fail(job, RuntimeError("boom"), retryable=False) == JobStatus.ERROR
+    again = enqueue_job(queue, JOB_TYPE, {"n": 2}, unique_key="digest")
+    assert again.status == "deduplicated"
+    assert again.jid == first.jid
