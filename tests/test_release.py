@@ -7,6 +7,7 @@ printed and appended to ``tests.no_duplicate_helpers.RESULTS_FILE``, never asser
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import uuid
@@ -18,7 +19,9 @@ from django.db import connection, connections, transaction
 
 from django_jobqueue import locks, maintenance, storage
 from django_jobqueue.enqueue import build_job, create_job, enqueue_job, enqueue_many
+from django_jobqueue.exceptions import LockTimeout
 from django_jobqueue.ids import Queue
+from django_jobqueue.managers import hold_lock_names
 from django_jobqueue.models import Job, JobStatus
 from tests.no_duplicate_helpers import JOB_TYPE, advisory_locks_in_database, race_threads, record
 
@@ -157,3 +160,104 @@ def test_a_dead_letter_keeps_its_unique_key_until_the_ttl(queue: str) -> None:
     again = enqueue_job(queue, JOB_TYPE, {"n": 2}, unique_key="digest")
     assert again.status == "deduplicated"
     assert again.jid == first.jid
+
+
+# Item 4: lock connections end with their thread; 1205/1213 retried once ----------
+
+
+def _server_connections() -> int:
+    """Sessions on the server connected to the test database (ours included)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.processlist WHERE db = %s",
+            [connection.settings_dict["NAME"]],
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.skipif("connection.vendor != 'mysql'")
+def test_30_short_lived_threads__their_lock_connections_close_without_gc(queue: str) -> None:
+    baseline = _server_connections()
+    errors: list[BaseException] = []
+    during: list[int] = []
+
+    def enqueuer(i: int) -> None:
+        try:
+            enqueue_job(queue, JOB_TYPE, {"n": i}, unique_key=f"k{i % 5}")
+            during.append(i)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+        finally:
+            # The data connection is the caller's to close (Django does at request
+            # end); the lock connection is never closed by hand here.
+            connections.close_all()
+
+    gc.disable()  # nothing may rest on a garbage collection
+    try:
+        threads = [threading.Thread(target=enqueuer, args=(i,)) for i in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        deadline = time.monotonic() + 5  # the server drops a closed session at once, nearly
+        now = _server_connections()
+        while now > baseline and time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = _server_connections()
+    finally:
+        gc.enable()
+
+    assert errors == []
+    assert len(during) == THREADS
+    assert Job.objects.filter(queue=queue).count() == 5
+    assert now == baseline
+
+
+def _stale_key_row(queue: str, key: str) -> Job:
+    """A job whose unique-key hold has expired: a creator must clear it under the lock."""
+    first = enqueue_job(queue, JOB_TYPE, {"n": 0}, unique_key=key)
+    Job.objects.filter(jid=first.jid).update(
+        unique_expires_at=Job.objects.get(jid=first.jid).created_at
+    )
+    return Job.objects.get(jid=first.jid)
+
+
+@pytest.mark.skipif("connection.vendor != 'mysql'")
+@pytest.mark.parametrize("hold_s", [1.5, 5.0])
+def test_a_lock_wait_timeout_on_create_is_retried_once_then_lock_timeout(
+    queue: str, hold_s: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A real InnoDB 1205, no patching: another session holds the stale holder's row
+    # lock, which the creator's clearing UPDATE waits for, 1 s at most per try. Held
+    # 1.5 s, the first try times out and the retry gets through; held 5 s, both
+    # time out and the caller gets LockTimeout.
+    stale = _stale_key_row(queue, "digest")
+    other = connections.create_connection("default")
+    other.connect()
+    other.set_autocommit(False)
+    with other.cursor() as cursor:
+        cursor.execute(f"SELECT jid FROM {Job._meta.db_table} WHERE id = %s FOR UPDATE", [stale.pk])
+    other.inc_thread_sharing()  # the timer's thread ends its transaction
+    ender = threading.Timer(hold_s, other.rollback)
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
+    caplog.set_level("WARNING", logger="django_jobqueue.locks")
+    ender.start()
+    try:
+        if hold_s < 2:
+            result = enqueue_job(queue, JOB_TYPE, {"n": 1}, unique_key="digest")
+            assert result.status == "enqueued"
+            assert Job.objects.filter(queue=queue).count() == 2
+        else:
+            with pytest.raises(LockTimeout, match=r"lock-wait timeout \(1205\) again"):
+                enqueue_job(queue, JOB_TYPE, {"n": 1}, unique_key="digest")
+            assert Job.objects.filter(queue=queue).count() == 1
+    finally:
+        ender.join()
+        other.close()
+        other.dec_thread_sharing()
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+    retries = [r for r in caplog.records if "retrying once" in r.getMessage()]
+    assert len(retries) == 1
+    assert not locks.is_lock_held("default", hold_lock_names(queue, unique_key="digest")[0])
