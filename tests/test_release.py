@@ -16,13 +16,17 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections, transaction
+from django.test import override_settings
 
 from django_jobqueue import locks, maintenance, storage
+from django_jobqueue.checks import MYSQL_PACKET_OVERHEAD, check_sizes
+from django_jobqueue.conf import get_config, validate_settings
 from django_jobqueue.enqueue import build_job, create_job, enqueue_job, enqueue_many
-from django_jobqueue.exceptions import LockTimeout
+from django_jobqueue.exceptions import InvalidPayload, LockTimeout
 from django_jobqueue.ids import Queue
 from django_jobqueue.managers import hold_lock_names
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.validation import check_result_size, json_size
 from tests.no_duplicate_helpers import JOB_TYPE, advisory_locks_in_database, race_threads, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -261,3 +265,68 @@ def test_a_lock_wait_timeout_on_create_is_retried_once_then_lock_timeout(
     retries = [r for r in caplog.records if "retrying once" in r.getMessage()]
     assert len(retries) == 1
     assert not locks.is_lock_held("default", hold_lock_names(queue, unique_key="digest")[0])
+
+
+# Item 6: sizes ---------------------------------------------------------------------
+
+
+def test_a_20_mb_payload_is_invalid_payload__nothing_written__connection_intact(
+    queue: str,
+) -> None:
+    big = {"blob": "x" * (20 * 1024 * 1024)}
+    with pytest.raises(InvalidPayload, match=r"over the limit of 1048576 bytes.*MAX_PAYLOAD_BYTES"):
+        enqueue_job(queue, JOB_TYPE, big)
+    with pytest.raises(InvalidPayload, match="MAX_PAYLOAD_BYTES"):
+        Queue(queue, job_type=JOB_TYPE).add(big, id="x")
+    with pytest.raises(InvalidPayload, match="MAX_PAYLOAD_BYTES"):
+        enqueue_many([{"queue": queue, "job_type": JOB_TYPE, "payload": big}])
+    # The same connection answers its next query.
+    assert not Job.objects.filter(queue=queue).exists()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone()[0] == 1
+    assert enqueue_job(queue, JOB_TYPE, {"small": True}).status == "enqueued"
+
+
+@override_settings(JOBQUEUE={"MAX_PAYLOAD_BYTES": 100})
+def test_max_payload_bytes_counts_the_stored_json_bytes(queue: str) -> None:
+    # json.dumps of {"s": "..."} is 9 bytes around the text; "é" is sent as \\u00e9.
+    assert json_size({"s": "a" * 91}) == 100
+    assert enqueue_job(queue, JOB_TYPE, {"s": "a" * 91}).status == "enqueued"
+    with pytest.raises(InvalidPayload, match="101 bytes of JSON"):
+        enqueue_job(queue, JOB_TYPE, {"s": "a" * 92})
+    assert json_size({"s": "é"}) == len('{"s": "\\u00e9"}')
+    assert Job.objects.filter(queue=queue).count() == 1
+
+
+def test_check_result_size() -> None:
+    assert check_result_size({"ok": [1, 2]}, 100) == {"ok": [1, 2]}
+    with pytest.raises(InvalidPayload, match=r"result is 2000002 bytes of JSON.*MAX_RESULT_BYTES"):
+        check_result_size("r" * 2_000_000, 1_048_576)
+    with pytest.raises(InvalidPayload, match="not JSON"):
+        check_result_size(float("nan"), 100)
+
+
+def test_size_settings_default_to_1_mib_and_must_be_positive() -> None:
+    config = get_config()
+    assert (config.MAX_PAYLOAD_BYTES, config.MAX_RESULT_BYTES) == (1_048_576, 1_048_576)
+    with override_settings(JOBQUEUE={"MAX_RESULT_BYTES": 0}):
+        assert any("MAX_RESULT_BYTES" in problem for problem in validate_settings())
+
+
+def test_system_check_refuses_a_limit_above_what_the_database_takes() -> None:
+    assert check_sizes(databases=["default"]) == []
+    with override_settings(JOBQUEUE={"MAX_PAYLOAD_BYTES": 2_000_000_000}):
+        (error,) = check_sizes(databases=["default"])
+    assert error.id == "django_jobqueue.E103"
+    assert "MAX_PAYLOAD_BYTES" in error.msg
+    if connection.vendor == "mysql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@max_allowed_packet")
+            packet = int(cursor.fetchone()[0])
+        just_over = packet - MYSQL_PACKET_OVERHEAD + 1
+        with override_settings(JOBQUEUE={"MAX_RESULT_BYTES": just_over}):
+            (error,) = check_sizes(databases=["default"])
+        assert "max_allowed_packet" in error.msg
+        with override_settings(JOBQUEUE={"MAX_RESULT_BYTES": just_over - 1}):
+            assert check_sizes(databases=["default"]) == []

@@ -56,7 +56,7 @@ T = TypeVar("T")
 
 
 def _check_value(value: Any) -> Any:
-    return check_json(value, "A job's value")
+    return check_json(value, "A job's value", max_bytes=get_config().MAX_PAYLOAD_BYTES)
 
 
 def _taken(row: Any) -> bool:
