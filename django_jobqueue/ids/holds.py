@@ -104,7 +104,7 @@ def locked(
                     raise _NothingWritten(result)
                 return result
         except _NothingWritten as nothing:
-            return nothing.result  # type: ignore[no-any-return]
+            return nothing.result
 
     return locks.retry_when_locked(using, attempt, timeout_ms=timeout_ms)
 
