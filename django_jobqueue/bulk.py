@@ -92,8 +92,16 @@ def _create(specs: Sequence[JobSpec], timeout_ms: int) -> list[EnqueueResult]:
     for attempt in range(1, _INTEGRITY_RETRIES + 1):
         try:
             if names:
-                with locks.creation_lock(using, names, timeout_ms=timeout_ms):
-                    return _create_locked(specs)
+                try:
+                    with locks.creation_lock(using, names, timeout_ms=timeout_ms):
+                        results = _create_locked(specs)
+                        if not any(result.status == "enqueued" for result in results):
+                            # All deduplicated: roll the savepoint back, which frees a
+                            # PostgreSQL lock now, not when the caller's transaction ends.
+                            raise _NothingWritten(results)
+                        return results
+                except _NothingWritten as nothing:
+                    return nothing.results
             with transaction.atomic(using=using):
                 return _create_locked(specs)
         except IntegrityError:
@@ -101,6 +109,14 @@ def _create(specs: Sequence[JobSpec], timeout_ms: int) -> list[EnqueueResult]:
                 raise
             logger.info("a hold was taken meanwhile, making the batch again (%s jobs)", len(specs))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _NothingWritten(Exception):  # noqa: N818 - control flow, never leaves this module
+    """A batch that inserted nothing: leave the lock's savepoint by a rollback."""
+
+    def __init__(self, results: list[EnqueueResult]) -> None:
+        super().__init__()
+        self.results = results
 
 
 def _create_locked(specs: Sequence[JobSpec]) -> list[EnqueueResult]:

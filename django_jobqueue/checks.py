@@ -8,10 +8,23 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
-from .conf import validate_settings
+from .conf import get_config, validate_settings
 from .licence import check_licence
 
-__all__ = ["check_database", "check_deployment", "check_settings"]
+__all__ = [
+    "MYSQL_PACKET_OVERHEAD",
+    "check_database",
+    "check_deployment",
+    "check_settings",
+    "check_sizes",
+]
+
+#: Bytes of a MySQL packet kept for the rest of the statement around one payload or
+#: result (the other columns, the SQL text, a rerun payload's neighbours).
+MYSQL_PACKET_OVERHEAD = 65_536
+#: Largest JSON each vendor stores in one value: PostgreSQL's jsonb (2^28 - 1 bytes),
+#: SQLite's default SQLITE_MAX_LENGTH (10^9). MySQL's is read from the server.
+_VENDOR_MAX_BYTES = {"postgresql": 268_435_455, "sqlite": 1_000_000_000}
 
 
 @register(Tags.compatibility)
@@ -57,6 +70,49 @@ def check_database(
                     id="django_jobqueue.W102",
                 )
             )
+    return messages
+
+
+@register(Tags.database)
+def check_sizes(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E103: ``MAX_PAYLOAD_BYTES`` or ``MAX_RESULT_BYTES`` above what a database takes.
+
+    On MySQL/MariaDB the bound is ``@@max_allowed_packet`` less
+    :data:`MYSQL_PACKET_OVERHEAD`: a bigger statement breaks the caller's connection
+    (error 1153, then 2013 on its next query).
+    """
+    try:
+        config = get_config()
+    except Exception:  # noqa: BLE001 - E001 reports a bad setting
+        return []
+    messages: list[CheckMessage] = []
+    for alias in databases or ():
+        conn = connections[alias]
+        if conn.vendor == "mysql":
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT @@max_allowed_packet")
+                packet = int(cursor.fetchone()[0])
+            bound = packet - MYSQL_PACKET_OVERHEAD
+            where = f"max_allowed_packet ({packet}) less {MYSQL_PACKET_OVERHEAD} bytes"
+        elif conn.vendor in _VENDOR_MAX_BYTES:
+            bound = _VENDOR_MAX_BYTES[conn.vendor]
+            where = f"the largest {conn.vendor} JSON value"
+        else:
+            continue
+        for key in ("MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES"):
+            value = getattr(config, key)
+            if value > bound:
+                messages.append(
+                    Error(
+                        f"JOBQUEUE[{key!r}] is {value} bytes, over what database {alias!r} "
+                        f"takes: {bound} bytes ({where}).",
+                        hint=f"Lower JOBQUEUE[{key!r}], or raise the server's "
+                        "max_allowed_packet (MySQL/MariaDB).",
+                        id="django_jobqueue.E103",
+                    )
+                )
     return messages
 
 

@@ -75,6 +75,10 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION": "7d",
     # How long creation waits for an advisory lock (ms).
     "LOCK_TIMEOUT_MS": 10_000,
+    # Largest payload and result (bytes of JSON as stored); at most what the database
+    # takes (system check E103: MariaDB's max_allowed_packet less an overhead).
+    "MAX_PAYLOAD_BYTES": 1_048_576,
+    "MAX_RESULT_BYTES": 1_048_576,
     # Pro licence token (seed 000) and extra trusted public keys.
     "LICENCE_KEY": "",
     "LICENCE_PUBLIC_KEYS": [],
@@ -123,6 +127,8 @@ _INT_KEYS = {
     "BACKOFF_MAX_MS": 0,
     "LOCK_TIMEOUT_MS": 0,
     "SHUTDOWN_TIMEOUT_MS": 0,
+    "MAX_PAYLOAD_BYTES": 1,
+    "MAX_RESULT_BYTES": 1,
 }
 _DURATION_KEYS = ("KEEP", "RETENTION", "STATS_RETENTION")
 _QUEUE_OPTION_KEYS = frozenset({"dedupe", "keep"})
@@ -212,6 +218,8 @@ class JobQueueSettings:
     DEDUPE: timedelta | None
     RETENTION: timedelta
     LOCK_TIMEOUT_MS: int
+    MAX_PAYLOAD_BYTES: int
+    MAX_RESULT_BYTES: int
     LICENCE_KEY: str
     LICENCE_PUBLIC_KEYS: tuple[str, ...]
     SCHEDULES: Mapping[str, Mapping[str, Any]]
@@ -321,6 +329,8 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             DEDUPE=durations["DEDUPE"],
             RETENTION=durations["RETENTION"],  # type: ignore[arg-type]
             LOCK_TIMEOUT_MS=values["LOCK_TIMEOUT_MS"],
+            MAX_PAYLOAD_BYTES=values["MAX_PAYLOAD_BYTES"],
+            MAX_RESULT_BYTES=values["MAX_RESULT_BYTES"],
             LICENCE_KEY=values["LICENCE_KEY"],
             LICENCE_PUBLIC_KEYS=tuple(values["LICENCE_PUBLIC_KEYS"]),
             SCHEDULES=dict(values["SCHEDULES"]),

@@ -76,7 +76,7 @@ def build_job(
     desc = get_job_description(job_type)
     config = get_config()
     queue = check_queue(queue if queue is not None else (desc.queue or config.DEFAULT_QUEUE))
-    check_json(payload, f"The payload of a {job_type!r} job")
+    check_json(payload, f"The payload of a {job_type!r} job", max_bytes=config.MAX_PAYLOAD_BYTES)
     if delay is not None and at is not None:
         raise InvalidOption("Give either delay or at, not both.")
     if at is not None:

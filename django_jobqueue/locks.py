@@ -42,6 +42,7 @@ import hashlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -59,6 +60,7 @@ __all__ = [
     "creation_lock",
     "is_lock_held",
     "lock_key",
+    "mysql_lock_error",
     "mysql_lock_name",
     "sqlite_locked",
     "stripes_of",
@@ -101,15 +103,19 @@ def sqlite_locked(exc: BaseException) -> bool:
 def retry_when_locked(
     using: str, func: Callable[..., T], *args: Any, timeout_ms: int | None = None, **kwargs: Any
 ) -> T:
-    """Call ``func(*args, **kwargs)``, retrying SQLite's "database is locked".
+    """Call ``func(*args, **kwargs)``, retrying "database is locked" and MySQL lock errors.
 
     SQLite allows one writer at a time; a writer that finds the database locked is
     retried with a growing pause (10 ms up to 250 ms) until ``timeout_ms`` has
     passed. Inside the caller's open transaction nothing can be retried (the
     transaction may have lost its work), so the first such error ends the call with
     a :class:`LockTimeout` that an outer call of this function, made outside any
-    transaction around the whole transaction, retries in turn. Other errors, and
-    every error on other databases, pass through unchanged.
+    transaction around the whole transaction, retries in turn.
+
+    MySQL's deadlock (1213) and lock-wait timeout (1205) are retried once, at
+    once, when no transaction of the caller's is open; a second one, or one inside
+    the caller's transaction (1213 has rolled it back), is raised as
+    :class:`LockTimeout`. Other errors pass through unchanged.
 
     Parameters
     ----------
@@ -130,8 +136,9 @@ def retry_when_locked(
     ------
     LockTimeout
         If the database stayed locked for ``timeout_ms`` milliseconds, or was locked
-        while the caller's transaction was open (the message says which). Nothing
-        was written.
+        while the caller's transaction was open, or MySQL answered 1213/1205 twice or
+        inside the caller's transaction (the message says which). Nothing was
+        written by the call.
 
     Implements: seed 004, "Duplicate-job locking" (SQLite's single writer).
     """
@@ -140,31 +147,69 @@ def retry_when_locked(
     start = time.monotonic()
     deadline = start + timeout_ms / 1000
     pause = 0.01
+    mysql_retried = False
     while True:
         try:
             return func(*args, **kwargs)
-        except (OperationalError, LockTimeout) as exc:
-            if not (sqlite_locked(exc) or getattr(exc, "retry_outside_transaction", False)):
+        except OperationalError as exc:
+            if mysql_lock_error(exc):
+                if mysql_retried or connections[using].in_atomic_block:
+                    raise _mysql_lock_timeout(using, exc, retried=mysql_retried) from exc
+                # InnoDB rolled the statement (1205) or the transaction (1213) back,
+                # and func's own transaction with it: one fresh try, at once.
+                mysql_retried = True
+                logger.warning("lock error on %s, retrying once: %s", using, exc.args[0])
+                continue
+            if not sqlite_locked(exc):
                 raise
-            if connections[using].in_atomic_block:
-                error = LockTimeout(
-                    f"The database {using!r} was locked while a transaction was open on it, "
-                    "so the write could not wait (SQLite allows one writer at a time, and a "
-                    "transaction that has read cannot wait for the write lock); set "
-                    f"DATABASES[{using!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE', or "
-                    "retry the whole transaction."
-                )
-                error.retry_outside_transaction = True  # type: ignore[attr-defined]
-                raise error from exc
-            if time.monotonic() >= deadline:
-                waited_ms = int((time.monotonic() - start) * 1000)
-                raise LockTimeout(
-                    f"The database {using!r} stayed locked for {waited_ms} ms, past the "
-                    f"lock timeout of {timeout_ms} ms (SQLite allows one writer at a time); "
-                    "retry, or shorten the transactions that write."
-                ) from exc
+            _sqlite_give_up(using, exc, start, deadline, timeout_ms)
+        except LockTimeout as exc:
+            if not getattr(exc, "retry_outside_transaction", False):
+                raise
+            _sqlite_give_up(using, exc, start, deadline, timeout_ms)
         time.sleep(pause)
         pause = min(pause * 2, 0.25)
+
+
+def mysql_lock_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is MySQL's deadlock (1213) or lock-wait timeout (1205)."""
+    return isinstance(exc, OperationalError) and bool(exc.args) and exc.args[0] in (1205, 1213)
+
+
+def _mysql_lock_timeout(using: str, exc: OperationalError, *, retried: bool) -> LockTimeout:
+    what = "a deadlock" if exc.args[0] == 1213 else "a lock-wait timeout"
+    if retried:
+        why = "again on the one retry"
+    else:
+        why = "inside the caller's transaction (InnoDB may have rolled it back): not retried"
+    return LockTimeout(
+        f"The database {using!r} answered {what} ({exc.args[0]}) {why}; nothing was "
+        "written by this call: retry it (the whole transaction, if one was open), or "
+        "shorten the transactions that lock the same jobs."
+    )
+
+
+def _sqlite_give_up(
+    using: str, exc: BaseException, start: float, deadline: float, timeout_ms: int
+) -> None:
+    """Raise the LockTimeout of a "database is locked" that must not be retried."""
+    if connections[using].in_atomic_block:
+        error = LockTimeout(
+            f"The database {using!r} was locked while a transaction was open on it, "
+            "so the write could not wait (SQLite allows one writer at a time, and a "
+            "transaction that has read cannot wait for the write lock); set "
+            f"DATABASES[{using!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE', or "
+            "retry the whole transaction."
+        )
+        error.retry_outside_transaction = True  # type: ignore[attr-defined]
+        raise error from exc
+    if time.monotonic() >= deadline:
+        waited_ms = int((time.monotonic() - start) * 1000)
+        raise LockTimeout(
+            f"The database {using!r} stayed locked for {waited_ms} ms, past the "
+            f"lock timeout of {timeout_ms} ms (SQLite allows one writer at a time); "
+            "retry, or shorten the transactions that write."
+        ) from exc
 
 
 @contextlib.contextmanager
@@ -299,14 +344,47 @@ def _pg_lock(using: str, names: list[str], timeout_ms: int) -> None:
         cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
 
 
+class _ThreadLockConnections:
+    """One thread's dedicated MySQL lock connections, by alias; closed when it ends.
+
+    The only reference to this object is the thread's slot in a ``threading.local``,
+    which Python drops as the thread ends: the finalizer then closes the connections
+    at once, by reference count. Django's connection wrappers sit in reference
+    cycles, so without it each dead thread's connection stayed open on the server
+    until a garbage collection (issue 11: 71 against a baseline of 1).
+    """
+
+    def __init__(self) -> None:
+        self.wrappers: dict[str, Any] = {}
+        weakref.finalize(self, _close_wrappers, self.wrappers)
+
+
+def _close_wrappers(wrappers: dict[str, Any]) -> None:
+    # May run in the ending thread or at exit: close the driver's connection itself
+    # (Django's close() checks the calling thread), ignoring a link already dead.
+    for wrapper in wrappers.values():
+        raw, wrapper.connection = wrapper.connection, None
+        if raw is not None:
+            with contextlib.suppress(Exception):
+                raw.close()
+    wrappers.clear()
+
+
+def _thread_pool() -> dict[str, Any]:
+    pool = getattr(_local, "pool", None)
+    if pool is None:
+        pool = _local.pool = _ThreadLockConnections()
+    return pool.wrappers
+
+
 def _lock_connection(using: str) -> Any:
     """Return this thread's dedicated MySQL connection for ``using``, connected.
 
     It stays open between creations (``CONN_MAX_AGE`` does not apply: it carries no
-    transaction), and is closed when an error left it unusable.
+    transaction), is closed when an error left it unusable, and is closed when the
+    thread ends (:class:`_ThreadLockConnections`).
     """
-    pool: dict[str, Any] = getattr(_local, "connections", None) or {}
-    _local.connections = pool
+    pool = _thread_pool()
     wrapper = pool.get(using)
     if wrapper is None:
         wrapper = connections.create_connection(using)
@@ -322,8 +400,9 @@ def close_lock_connections() -> None:
     """Close this thread's dedicated MySQL lock connections (a thread about to end).
 
     Closing a connection frees any lock it holds; none is held between creations.
+    A thread that ends without calling this has them closed as it ends.
     """
-    pool: dict[str, Any] = getattr(_local, "connections", None) or {}
+    pool = _thread_pool()
     for wrapper in pool.values():
         wrapper.close()
     pool.clear()

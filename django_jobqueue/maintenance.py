@@ -13,8 +13,10 @@ Policy
   history. An id it still holds is held again until it finishes. A waiting job
   (``init``, ``retry``) becomes due now.
 - **Cancel**: a waiting job becomes ``cancelled`` at once and frees its id (seed 002
-  "removes it"); a running job gets ``cancel_requested`` and its worker stops it. A
-  unique key stays held until its TTL, as for any job that did not complete.
+  "removes it") and its unique key (:func:`~django_jobqueue.unique.cancel_release`),
+  so an identical enqueue is accepted again; a running job gets ``cancel_requested``
+  and its worker stops it, freeing both then. A dead letter is not cancelled here: it
+  keeps its unique key until the TTL (seed 000).
 - **Delete**: any job but a running one (cancel it first), in batches.
 - **Prune**: ``done`` and ``cancelled`` jobs finished more than ``RETENTION`` ago; dead
   letters past their ``keep`` only when ``CLEAN_ERROR`` (or asked). A job that still
@@ -43,6 +45,7 @@ from .conf import get_config
 from .dbclock import Now
 from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 from .schedules import set_enabled_plans
+from .unique import cancel_release
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -231,7 +234,7 @@ def cancel_jobs(jobs: QuerySet[Job]) -> CancelCount:
     Returns
     -------
     CancelCount
-        Waiting jobs now ``cancelled`` (their id freed), and running jobs newly
+        Waiting jobs now ``cancelled`` (their id and unique key freed), and running jobs newly
         flagged ``cancel_requested`` (the worker's heartbeat sees the flag and tells
         the handler through ``ctx.cancelled``).
 
@@ -244,7 +247,7 @@ def cancel_jobs(jobs: QuerySet[Job]) -> CancelCount:
         lambda: jobs.filter(waiting=True).update(
             status=JobStatus.CANCELLED,
             waiting=False,
-            job_id_hash=None,
+            **cancel_release(),
             finished_at=Now(),
             message="cancelled by an operator",
             updated_at=Now(),

@@ -13,6 +13,11 @@ when the hold ends early; its TTL always bounds it:
                                a failure, even a dead letter, keeps it to the TTL
 ====================  =======  ================================================
 
+In every mode a cancel ends the hold at once (:func:`cancel_release`), with the
+job's id: a cancelled job is one nobody wants, so it must not turn an identical
+enqueue away. A dead letter (``error``, ``max_retry``) is not a cancel and keeps
+its key until the TTL (seed 000).
+
 The TTL is clamped to 1 s .. 7 days (default 1 hour). The hold itself is the row's
 ``unique_key_hash`` (see :mod:`django_jobqueue.models`); the manager's create path
 checks and takes it (:meth:`django_jobqueue.managers.JobManager.create_job`), and
@@ -38,6 +43,7 @@ __all__ = [
     "UNTIL_EXECUTED",
     "UNTIL_EXECUTING",
     "WHILE_LOCKED",
+    "cancel_release",
     "claim_release",
     "clamp_ttl_ms",
     "complete_release",
@@ -124,3 +130,14 @@ def claim_release() -> dict[str, Any]:
 def complete_release(mode: str) -> dict[str, Any]:
     """Return the field updates of a success that end a hold of ``mode``: ``until_executed``."""
     return {"unique_key_hash": None} if mode == UNTIL_EXECUTED else {}
+
+
+def cancel_release() -> dict[str, Any]:
+    """Return the field updates of a cancel: they end the job's unique-key and id holds.
+
+    For every path that makes a job ``cancelled``: an operator's cancel of a waiting
+    job (:func:`django_jobqueue.maintenance.cancel_jobs`) and the worker storing that
+    a running job stopped after a cancel request. Any mode: a cancelled job frees its
+    key at once, unlike a dead letter, which keeps it until the TTL.
+    """
+    return {"unique_key_hash": None, "job_id_hash": None}

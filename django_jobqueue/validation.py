@@ -23,6 +23,8 @@ __all__ = [
     "check_delay",
     "check_json",
     "check_positive_int",
+    "check_result_size",
+    "json_size",
     "check_queue",
     "check_text",
     "hold_hash",
@@ -95,11 +97,57 @@ def check_queue(queue: Any) -> str:
     return queue
 
 
-def check_json(value: Any, what: str) -> Any:
+def json_size(value: Any) -> int:
+    """Return the size in bytes of ``value`` as JSON, as Django sends it to the database.
+
+    That is ``json.dumps`` with its defaults (non-ASCII escaped), whose UTF-8 bytes
+    are its characters.
+
+    Raises
+    ------
+    InvalidPayload
+        If ``value`` is not JSON (NaN, infinity, a type JSON lacks).
+    """
+    try:
+        return len(json.dumps(value, allow_nan=False).encode("utf-8"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"The value is not JSON: {exc}.") from exc
+
+
+def _refuse_size(size: int, what: str, max_bytes: int, setting: str) -> None:
+    if size > max_bytes:
+        raise InvalidPayload(
+            f"{what} is {size} bytes of JSON, over the limit of {max_bytes} bytes "
+            f"(JOBQUEUE[{setting!r}]); store large data elsewhere and pass a reference."
+        )
+
+
+def check_result_size(result: Any, max_bytes: int) -> Any:
+    """Return a handler's ``result`` if its JSON is at most ``max_bytes`` bytes, else raise.
+
+    For the worker's store of a success: a result over ``JOBQUEUE["MAX_RESULT_BYTES"]``
+    fails the attempt with this error's message, rather than a database error that
+    loses the job. Pass that setting as ``max_bytes`` (bytes, see :func:`json_size`).
+
+    Raises
+    ------
+    InvalidPayload
+        If the result is not JSON, or its JSON is over ``max_bytes`` bytes (the
+        message gives both sizes and names the setting).
+    """
+    _refuse_size(json_size(result), "The handler's result", max_bytes, "MAX_RESULT_BYTES")
+    return result
+
+
+def check_json(
+    value: Any, what: str, *, max_bytes: int | None = None, setting: str = "MAX_PAYLOAD_BYTES"
+) -> Any:
     """Return ``value`` if PostgreSQL, MariaDB and SQLite all store it as the same JSON.
 
     JSON types only (no NaN or infinity), at most :data:`MAX_JSON_DEPTH` nested
-    lists and objects, and no string or key with a NUL character or a lone surrogate.
+    lists and objects, no string or key with a NUL character or a lone surrogate,
+    and, given ``max_bytes``, at most that many bytes of JSON (:func:`json_size`);
+    ``setting`` is the ``JOBQUEUE`` key the error names as that limit.
 
     Raises
     ------
@@ -129,9 +177,11 @@ def check_json(value: Any, what: str) -> Any:
                     f"{what} has a string that {problem}: {text[:50]!r}; remove that character."
                 )
     try:
-        json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{what} is not JSON: {exc}.") from exc
+    if max_bytes is not None:
+        _refuse_size(len(text.encode("utf-8")), what, max_bytes, setting)
     return value
 
 

@@ -16,6 +16,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.db import connections
 from django.db.models.functions import Now
+from django.test import override_settings
 from django.utils import timezone
 
 from django_jobqueue import locks, storage
@@ -479,6 +480,7 @@ def test_pages_of_2500_jobs_return_each_once_in_order():
 
 
 @pytest.mark.django_db
+@override_settings(JOBQUEUE={"MAX_PAYLOAD_BYTES": MAX_PAGE_BYTES})  # values over 1 MiB
 def test_page_stops_before_4_mib_of_values():
     big = "x" * (MAX_PAGE_BYTES // 3)  # three fill a page but for the quotes
     for i in range(5):

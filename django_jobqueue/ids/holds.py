@@ -66,8 +66,24 @@ def busy(queue: str, job_id: str) -> LockTimeout:
     )
 
 
-def locked(using: str, queue: str, job_id: str, body: Callable[[], T]) -> T:
+def locked(
+    using: str,
+    queue: str,
+    job_id: str,
+    body: Callable[[], T],
+    *,
+    wrote: Callable[[T], bool] = lambda _result: True,
+) -> T:
     """Run ``body`` in a transaction holding the creation lock of (queue, id); return its result.
+
+    ``wrote(result)`` says whether the body wrote anything. When it did not (an
+    ``add`` that found the id taken, an ``update`` or ``cancel`` with nothing to
+    change), the lock's savepoint is rolled back rather than released, so the lock
+    ends at once: on PostgreSQL an advisory lock (and a row lock) taken in a
+    rolled-back subtransaction is freed, while a released savepoint keeps them
+    until the caller's transaction ends and every later caller of the id would
+    queue behind it. MySQL's ``GET_LOCK`` is released when the body ends anyway. A
+    body that raises rolls its savepoint back too.
 
     Raises
     ------
@@ -81,10 +97,24 @@ def locked(using: str, queue: str, job_id: str, body: Callable[[], T]) -> T:
     names = hold_lock_names(queue, job_id=job_id)
 
     def attempt() -> T:
-        with locks.creation_lock(using, names, timeout_ms=timeout_ms):
-            return body()
+        try:
+            with locks.creation_lock(using, names, timeout_ms=timeout_ms):
+                result = body()
+                if not wrote(result):
+                    raise _NothingWritten(result)
+                return result
+        except _NothingWritten as nothing:
+            return nothing.result
 
     return locks.retry_when_locked(using, attempt, timeout_ms=timeout_ms)
+
+
+class _NothingWritten(Exception):  # noqa: N818 - control flow, never leaves this module
+    """The body wrote nothing: leave the lock's savepoint by a rollback, freeing the lock."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.result = result
 
 
 def holder(using: str, queue: str, job_id: str, *, lock: bool = True) -> Any:

@@ -56,7 +56,12 @@ T = TypeVar("T")
 
 
 def _check_value(value: Any) -> Any:
-    return check_json(value, "A job's value")
+    return check_json(value, "A job's value", max_bytes=get_config().MAX_PAYLOAD_BYTES)
+
+
+def _taken(row: Any) -> bool:
+    """Whether a :func:`holder` row (or None) keeps its id from a new ``add``."""
+    return kind_of(row) != Kind.NONE
 
 
 def _when(at: datetime | None, delay: Duration | None) -> Any:
@@ -198,17 +203,25 @@ class Queue:
         added = Job.objects.add_unless_held(spec, **self._hold_fields())
         if added is not None:
             return added
+        # A holder already committed answers without any lock (seed 004 CheckDuplicateJob).
+        if _taken(holder(spec.using, spec.queue, id, lock=False)):
+            return False
 
         def body() -> bool:
-            row = holder(spec.using, spec.queue, id)
-            if kind_of(row) != Kind.NONE:
+            # Read without a row lock first: a taken id answers False holding nothing
+            # (MySQL keeps a row lock to the end of the caller's transaction, even
+            # past a rollback to savepoint, so 29 held-open losers would queue).
+            row = holder(spec.using, spec.queue, id, lock=False)
+            if row is not None and not _taken(row):
+                row = holder(spec.using, spec.queue, id)  # a stale hold to end: lock it
+            if _taken(row):
                 return False
             release(spec.using, row)
             insert(spec, self._hold_fields())
             return True
 
         try:
-            return locked(spec.using, spec.queue, id, body)
+            return locked(spec.using, spec.queue, id, body, wrote=bool)
         except IntegrityError:
             # The unique index caught a creator the lock let through (MySQL, with the
             # caller's transaction open): the id is taken.
@@ -315,6 +328,9 @@ class Queue:
         _check_value(value)
         run_at = _when(at, delay)
 
+        if kind_of(holder(using, queue, id, lock=False)) != Kind.WAITING:
+            return False  # nothing to change: no lock taken
+
         def body() -> bool:
             for _round in range(ROUNDS):
                 row = holder(using, queue, id)
@@ -324,7 +340,7 @@ class Queue:
                     return True
             raise busy(queue, id)
 
-        return locked(using, queue, id, body)
+        return locked(using, queue, id, body, wrote=bool)
 
     def cancel(self, id: str) -> bool:  # noqa: A002 (seed 002's word)
         """Remove the id's waiting or failed job, or ask its running job to stop.
@@ -352,6 +368,8 @@ class Queue:
         Implements: seed 002, "Four calls, one table" (``cancel``).
         """
         using, queue = self._target(id)
+        if kind_of(holder(using, queue, id, lock=False)) in (Kind.NONE, Kind.DONE):
+            return False  # nothing to cancel: no lock taken
 
         def body() -> bool:
             for _round in range(ROUNDS):
@@ -373,7 +391,7 @@ class Queue:
                     return True
             raise busy(queue, id)
 
-        return locked(using, queue, id, body)
+        return locked(using, queue, id, body, wrote=bool)
 
     # -- reading ---------------------------------------------------------------
 
