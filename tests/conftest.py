@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 import django
+import environ
 import pytest
 from django.conf import settings
 from django.db import connection, connections
@@ -24,6 +25,16 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "vendor(*names): run only on these database vendors "
         "(connection.vendor: postgresql, mysql, sqlite); skipped elsewhere",
+    )
+    config.addinivalue_line(
+        "markers",
+        "pgbouncer: also run by scripts/test's pgbouncer leg (PostgreSQL through "
+        "PgBouncer in transaction pooling mode, pytest -m pgbouncer)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "faults: runs on the fault servers of scripts/start-fault-servers "
+        "(tests/faults; scripts/test's faults leg)",
     )
 
 
@@ -68,6 +79,27 @@ def database_url(alias: str = "default") -> str:
     return f"{scheme}://{auth}{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
+def through_pgbouncer() -> bool:
+    """Return whether the suite reaches PostgreSQL through PgBouncer (the pgbouncer leg)."""
+    return connection.vendor == "postgresql" and bool(os.environ.get("JOBQUEUE_TEST_PGBOUNCER"))
+
+
+def direct_postgres_url(alias: str = "default") -> str:
+    """Return a URL of the database ``alias`` uses now, on the PostgreSQL server itself.
+
+    That is :func:`database_url`, except on the pgbouncer leg, where it names the
+    server behind PgBouncer (``JOBQUEUE_TEST_PGBOUNCER``, e.g.
+    ``postgres://postgres@127.0.0.1:5432/test``) with the same database name: a
+    session there is one server session, whatever the pooler does.
+    """
+    if not through_pgbouncer():
+        return database_url(alias)
+    server = environ.Env.db_url_config(os.environ["JOBQUEUE_TEST_PGBOUNCER"])
+    db = connections[alias].settings_dict
+    user = quote(server["USER"] or db["USER"] or "", safe="")
+    return f"postgres://{user}@{server['HOST']}:{server['PORT']}/{db['NAME']}"
+
+
 @pytest.fixture
 def subprocess_env(db: None) -> dict[str, str]:
     """Return an environment for a subprocess that must use the test database."""
@@ -91,6 +123,19 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
     yield
     with django_db_blocker.unblock():
         if connection.vendor != "postgresql":
+            return
+        if through_pgbouncer():
+            # PgBouncer keeps idle server sessions on the test database, which
+            # DROP DATABASE refuses: end them on the server itself.
+            import psycopg
+
+            url = direct_postgres_url()
+            connections.close_all()
+            with psycopg.connect(url, autocommit=True) as direct:
+                direct.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
             return
         with connection.cursor() as cursor:
             cursor.execute(

@@ -14,6 +14,12 @@ Environment knobs, all optional:
 - ``JOBQUEUE_TEST_DB_SUFFIX``: appended to the PostgreSQL/MariaDB test database
   name (``test_<name>_<suffix>``) so that concurrent runs against one server do
   not drop each other's test database; ``scripts/test`` sets it per run.
+- ``JOBQUEUE_TEST_PGBOUNCER``: set (to the URL of the PostgreSQL server behind it)
+  when ``DATABASE_URL`` goes through PgBouncer in transaction pooling mode, as
+  ``scripts/test``'s pgbouncer leg does: psycopg then prepares no statement and
+  Django opens no server-side cursor (neither survives a transaction pooler), and
+  tests that must see the server itself (``tests.conftest.direct_postgres_url``)
+  connect there.
 """
 
 from __future__ import annotations
@@ -110,6 +116,11 @@ elif _engine == "django.db.backends.mysql":
         "isolation_level": "read committed",
     }
     _default["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+elif _engine == "django.db.backends.postgresql" and os.environ.get("JOBQUEUE_TEST_PGBOUNCER"):
+    # Transaction pooling: a prepared statement or a named cursor lives in one
+    # server session, and the next transaction may get another one.
+    _default["OPTIONS"] = {"prepare_threshold": None}
+    _default["DISABLE_SERVER_SIDE_CURSORS"] = True
 
 if _engine != "django.db.backends.sqlite3" and os.environ.get("JOBQUEUE_TEST_DB_SUFFIX"):
     _default.setdefault("TEST", {})["NAME"] = (

@@ -68,6 +68,7 @@ def rows(queue: str) -> list[Job]:
 # 30 threads, 8 processes --------------------------------------------------------
 
 
+@pytest.mark.pgbouncer
 def test_30_threads_create_one_id__exactly_one_row(queue: str) -> None:
     race = race_threads(THREADS, lambda i: create(queue, "order-42", {"racer": i}))
 
@@ -123,6 +124,7 @@ def test_8_processes_create_one_id__exactly_one_row(
     record("8 processes, one id", connection.vendor, settle_s, len(created), PROCESSES)
 
 
+@pytest.mark.pgbouncer
 def test_30_threads_hold_their_transaction_open__exactly_one_row(queue: str) -> None:
     # SQLite serialises whole write transactions: 30 x 1 s would only measure its
     # busy timeout, so each holds 0.2 s there.
@@ -143,6 +145,7 @@ def test_30_threads_hold_their_transaction_open__exactly_one_row(queue: str) -> 
     record(f"30 threads, atomic held {hold_s:.1f} s", connection.vendor, race.settle_s, 1, THREADS)
 
 
+@pytest.mark.pgbouncer
 def test_30_threads_hold_their_transaction_open__one_unique_key_enqueued(queue: str) -> None:
     # A loser that finds the holder under the lock must free the lock at once
     # (PostgreSQL keeps a transaction lock until the caller's transaction ends
@@ -170,6 +173,7 @@ def test_30_threads_hold_their_transaction_open__one_unique_key_enqueued(queue: 
     )
 
 
+@pytest.mark.pgbouncer
 def test_30_threads_one_unique_key__one_enqueued_29_deduplicated(queue: str) -> None:
     def racer(i: int) -> dict[str, str]:
         return dict(enqueue_job(queue, JOB_TYPE, {"racer": i}, unique_key="digest:7"))

@@ -16,6 +16,7 @@ from django.db import connections
 
 from ..conf import get_config
 from ..wakeups import CHANNEL, local_event
+from . import pooler
 
 __all__ = ["CHANNEL", "listen", "local_event"]
 
@@ -35,6 +36,9 @@ def listen(using: str, on_wakeup: Callable[[str], None], stop: threading.Event) 
     """
     wrapper = connections[using]
     if wrapper.vendor != "postgresql" or not get_config().NOTIFY:
+        return
+    if not pooler.listen_supported(using):  # a transaction pooler: poll instead
+        pooler.poll_instead(on_wakeup, stop)
         return
     while not stop.is_set():
         raw = None
