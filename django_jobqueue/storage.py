@@ -236,7 +236,12 @@ def complete(job: Job, result: Any = None) -> bool:
     """
     # InvalidPayload (a ValueError) before any write: the executor stores it as the
     # job's failure, rather than leaving the job processing until its lease expires.
-    check_json(result, "The handler's result")
+    check_json(
+        result,
+        "The handler's result",
+        max_bytes=get_config().MAX_RESULT_BYTES,
+        setting="MAX_RESULT_BYTES",
+    )
     dedupe, _keep = _id_hold_options(job)
     fields: dict[str, Any] = {
         "status": JobStatus.DONE,
@@ -342,15 +347,16 @@ def fail(
 def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> bool:
     """Store that ``job`` stopped after a cancel request (status ``cancelled``).
 
-    Returns False if its lease was lost. The job is finished: its id's hold ends as
-    for a dead letter (kept for ``keep``).
+    Returns False if its lease was lost. The job is finished, and like every
+    cancelled job it frees its unique key and its id at once (seed 000 keeps a key
+    only for a dead letter).
     """
     fields: dict[str, Any] = {
         "status": JobStatus.CANCELLED,
         "finished_at": Now(),
         "updated_at": Now(),
         "message": message,
-        "job_id_hash": None,
+        **unique.cancel_release(),  # a cancelled job frees its unique key and its id
         **_LEASE_CLEARED,
     }
     return _write_or_rerun(job, fields, "finish_cancelled", {"message": message}) is not None

@@ -330,3 +330,32 @@ def test_system_check_refuses_a_limit_above_what_the_database_takes() -> None:
         assert "max_allowed_packet" in error.msg
         with override_settings(JOBQUEUE={"MAX_RESULT_BYTES": just_over - 1}):
             assert check_sizes(databases=["default"]) == []
+
+
+def test_a_running_job_cancelled_by_its_worker_frees_its_unique_key_and_id(queue: str) -> None:
+    first = create_job(build_job(queue, JOB_TYPE, {"n": 1}, unique_key="digest", job_id="order-1"))
+    (job,) = storage.claim("default", owner="test", limit=1, queues=[queue])
+    assert job.jid == first.jid
+    assert storage.finish_cancelled(job) is True
+    row = Job.objects.get(jid=first.jid)
+    assert row.status == JobStatus.CANCELLED
+    assert (row.unique_key_hash, row.job_id_hash) == (None, None)
+    assert enqueue_job(queue, JOB_TYPE, {"n": 2}, unique_key="digest").status == "enqueued"
+    assert Queue(queue, job_type=JOB_TYPE).add({"n": 3}, id="order-1") is True
+
+
+@override_settings(JOBQUEUE={"MAX_RESULT_BYTES": 100})
+def test_a_result_over_max_result_bytes_fails_the_attempt_with_a_clear_error() -> None:
+    from django_jobqueue.worker import executor
+    from django_jobqueue.worker.context import JobContext
+
+    big = {"text": "x" * 200}  # the ids.plain handler returns its payload as result
+    first = enqueue_job("ids-plain", "ids.plain", big)
+    (job,) = storage.claim("default", owner="test", limit=1, queues=["ids-plain"])
+    assert job.jid == first.jid
+    status = executor.execute(job, JobContext(job, worker="test"))
+    assert status == JobStatus.ERROR
+    row = Job.objects.get(jid=first.jid)
+    assert row.status == JobStatus.ERROR  # stored as a failure: not left processing
+    assert row.result is None
+    assert "MAX_RESULT_BYTES" in row.message

@@ -37,7 +37,8 @@ from asgiref.sync import async_to_sync
 from django.db import connections
 
 from .. import storage
-from ..exceptions import NonRetryableError, UnknownJobType
+from ..conf import get_config
+from ..exceptions import InvalidPayload, NonRetryableError, UnknownJobType
 from ..models import Job, JobStatus
 from ..registry import get_job_description
 from ..signals import job_finished, job_started
@@ -274,7 +275,14 @@ def execute(
         )
     else:
         try:
-            check_json(result, "The handler's result")
+            check_json(
+                result,
+                "The handler's result",
+                max_bytes=get_config().MAX_RESULT_BYTES,
+                setting="MAX_RESULT_BYTES",
+            )
+        except InvalidPayload as exc:  # not JSON, or over MAX_RESULT_BYTES
+            status = storage.fail(job, exc, message=str(exc), retryable=False)
         except (TypeError, ValueError) as exc:  # the result is not JSON
             status = storage.fail(
                 job,
