@@ -47,7 +47,7 @@ STATS_FLUSH_S = 2.0
 PRUNE_EVERY_S = 300.0
 
 #: Stored status -> the :class:`~django_jobqueue.models.JobStat` counter it adds to.
-_OUTCOME_OF = {
+_OUTCOME_OF: dict[str, str] = {
     JobStatus.DONE: "done",
     JobStatus.RETRY: "retried",
     JobStatus.ERROR: "failed",
@@ -125,7 +125,7 @@ class ForemanThreads:
         """Count a stored outcome of ``running``: in :attr:`stats` and, when it is
         done, retried or failed, in the stats buffer with its run time."""
         self._count(status)
-        outcome = _OUTCOME_OF.get(status)  # type: ignore[call-overload]
+        outcome = _OUTCOME_OF.get(status)
         if outcome is None:
             return
         job = running.job
