@@ -3,11 +3,12 @@
 :class:`ForemanThreads` is the base of :class:`~.foreman.Foreman`; it holds what runs
 beside the worker slots:
 
-- **the heartbeat thread**: every ``heartbeat_ms`` it flushes batched completions,
-  extends the leases of running jobs (flagging lost leases and cancel requests on
-  their contexts) and refreshes the foreman's :class:`~django_jobqueue.models.Worker`
-  row (:func:`~django_jobqueue.workerstats.beat_worker`: busy slots, jobs done and
-  failed since start), idle or not, so the registry shows idle workers live;
+- **the heartbeat thread**: every ``heartbeat_ms`` (at most ``HEARTBEAT_MS``) it
+  flushes batched completions, extends the leases of running jobs (flagging lost
+  leases and cancel requests on their contexts) and refreshes the foreman's
+  :class:`~django_jobqueue.models.Worker` row
+  (:func:`~django_jobqueue.workerstats.beat_worker`: busy slots, jobs done and failed
+  for good since start), idle or not, so the registry shows idle workers live;
 - **the housekeeping thread**: returns expired leases to the queue
   (:func:`storage.reap_expired`, every ``lease_ms / 2``), turns due schedules into
   jobs (about every second), flushes the outcome counters of its
@@ -28,6 +29,7 @@ from importlib import metadata
 from django.db import connections
 
 from .. import storage
+from ..conf import get_config
 from ..models import JobStatus
 from ..workerstats import StatsBuffer, beat_worker, prune_stats, prune_workers, register_worker
 from . import wakeup
@@ -187,8 +189,11 @@ class ForemanThreads:
     # Helper threads ------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
+        # live_workers() counts three missed beats of JOBQUEUE's HEARTBEAT_MS: a longer
+        # --heartbeat must not make a running worker look gone.
+        every_s = min(self.heartbeat_ms, get_config().HEARTBEAT_MS) / 1000
         try:
-            while not self._done.wait(self.heartbeat_ms / 1000):
+            while not self._done.wait(every_s):
                 if self.completer is not None:
                     # Results and unique-key releases land before the next beat.
                     try:
