@@ -36,6 +36,7 @@ from .backoff import backoff_ms
 from .conf import get_config
 from .dbclock import Now
 from .models import Job, JobStatus
+from .pauses import paused_queues
 from .registry import UNSET, get_job_description
 from .validation import check_json
 from .wakeups import notify_on_commit
@@ -135,11 +136,26 @@ def claim(
     -------
     list[Job]
         The claimed jobs in claim order, each ``processing`` with ``attempt``
-        incremented and a ``lease_token`` that guards its later updates.
+        incremented and a ``lease_token`` that guards its later updates. Jobs of a
+        paused queue are never claimed: the paused set comes from
+        :func:`~django_jobqueue.pauses.paused_queues` (a process cache read at most
+        every half second, so no query of its own per claim), and is left out of
+        ``queues``, or added as ``queue NOT IN (...)`` when it is not empty.
 
-    Implements: seed 004 JobStorage.GetAndLockAvailableJob.
+    Implements: seed 004 JobStorage.GetAndLockAvailableJob; issue 13 item 2 (pauses).
     """
-    return _retry_sqlite(using, _claim, using, owner, limit, queues, exclude_types, lease_ms)
+    paused = paused_queues(using)
+    exclude_queues: list[str] = []
+    if paused:
+        if queues:
+            queues = [name for name in queues if name not in paused]
+            if not queues:
+                return []  # every queue asked for is paused: nothing to claim
+        else:
+            exclude_queues = sorted(paused)
+    return _retry_sqlite(
+        using, _claim, using, owner, limit, queues, exclude_types, lease_ms, exclude_queues
+    )
 
 
 def _claim(
@@ -149,6 +165,7 @@ def _claim(
     queues: Sequence[str] | None,
     exclude_types: Collection[str],
     lease_ms: int | None = None,
+    exclude_queues: Sequence[str] = (),
 ) -> list[Job]:
     lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
     token = uuid.uuid4().hex
@@ -160,12 +177,15 @@ def _claim(
             limit=limit,
             queues=queues,
             exclude_types=exclude_types,
+            exclude_queues=exclude_queues,
             lease=lease,
         )
     with transaction.atomic(using=using):
         due = Job.objects.using(using).filter(waiting=True, run_at__lte=Now())
         if queues:
             due = due.filter(queue__in=list(queues))
+        if exclude_queues:
+            due = due.exclude(queue__in=list(exclude_queues))
         if exclude_types:
             due = due.exclude(job_type__in=list(exclude_types))
         due = due.order_by("priority", "run_at", "id")

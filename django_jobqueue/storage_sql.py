@@ -109,10 +109,17 @@ def _in(values: Collection[Any]) -> str:
     return ", ".join(["%s"] * len(values))
 
 
-def _due_filter(queues: Sequence[str] | None, exclude_types: Collection[str]) -> str:
+def _due_filter(
+    queues: Sequence[str] | None, exclude_types: Collection[str], exclude_queues: Sequence[str]
+) -> str:
+    # Only placeholders go into the text; the names are parameters (queues, then
+    # paused queues, then job types). NOT IN is added only when there is something
+    # to leave out, so the usual claim keeps its plain shape over the claim index.
     sql = ""
     if queues:
         sql += f" AND queue IN ({_in(queues)})"
+    if exclude_queues:
+        sql += f" AND queue NOT IN ({_in(exclude_queues)})"
     if exclude_types:
         sql += f" AND job_type NOT IN ({_in(exclude_types)})"
     return sql
@@ -131,15 +138,17 @@ def claim_rows(
     queues: Sequence[str] | None,
     exclude_types: Collection[str],
     lease: timedelta,
+    exclude_queues: Sequence[str] = (),
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs in claim order; see :func:`storage.claim`.
 
-    ``token`` is the new lease token of every claimed row, ``lease`` its length.
-    Only for aliases where :func:`supported` is true.
+    ``token`` is the new lease token of every claimed row, ``lease`` its length;
+    ``exclude_queues`` are queues not to claim from (the paused ones). Only for
+    aliases where :func:`supported` is true.
     """
     vendor = connections[using].vendor
-    filters = _due_filter(queues, exclude_types)
-    filter_params = [*(queues or ()), *exclude_types]
+    filters = _due_filter(queues, exclude_types, exclude_queues)
+    filter_params = [*(queues or ()), *exclude_queues, *exclude_types]
     table = _q(using, Job._meta.db_table)
     release = "unique_key_hash = CASE WHEN unique_mode = %s THEN NULL ELSE unique_key_hash END"
     if vendor == "mysql":

@@ -319,11 +319,11 @@ class StatsBuffer:
                 if attempt == _FLUSH_ATTEMPTS or connections[using].in_atomic_block:
                     self._give_back(rows)
                     raise
+                logger.warning("stats flush retried attempt=%s rows=%s", attempt, len(rows))
+                time.sleep(0.01 * attempt)
             except DatabaseError:
                 self._give_back(rows)
                 raise
-                logger.warning("stats flush retried attempt=%s rows=%s", attempt, len(rows))
-                time.sleep(0.01 * attempt)
             else:
                 return len(ordered)
         return 0  # pragma: no cover (the loop returns or raises)

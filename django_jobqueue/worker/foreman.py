@@ -10,13 +10,19 @@ One foreman runs in the thread that calls :meth:`Foreman.run` and owns:
   kill the stuck thread; it is abandoned and its late outcome is not stored).
   Idle slots sleep the governor's adaptive sleep, or until a wake-up.
 - **a heartbeat thread** that extends the leases of running jobs every
-  ``heartbeat_ms`` and flags lost leases and cancel requests on their contexts;
+  ``heartbeat_ms``, flags lost leases and cancel requests on their contexts, and
+  keeps the foreman's :class:`~django_jobqueue.models.Worker` row (named
+  ``host:pid``) live, idle or not;
 - **a housekeeping thread** that returns expired leases to the queue
-  (:func:`storage.reap_expired`, every ``lease_ms / 2``) and turns due schedules
+  (:func:`storage.reap_expired`, every ``lease_ms / 2``), turns due schedules
   into jobs (``django_jobqueue.schedules.materialize_due``, about every second,
-  when that module exists);
+  when that module exists), writes the outcome counters every few seconds and
+  prunes gone workers and old statistics;
 - **a listener thread** (PostgreSQL) that ``LISTEN``\\s for wake-ups, and a relay of
   the in-process :data:`~django_jobqueue.worker.wakeup.local_event`.
+
+The helper threads, the wake-ups and the outcome counting are in :mod:`.housekeeping`.
+Paused queues (:mod:`django_jobqueue.pauses`) are left out by :func:`storage.claim`.
 
 Shutdown (seed 004 Strike): :meth:`Foreman.stop` (the first SIGTERM/SIGINT) stops
 claiming and lets running jobs finish for up to ``shutdown_timeout_ms``; then the
@@ -45,12 +51,14 @@ from django.db import connections
 from .. import storage
 from ..conf import get_config
 from ..models import Job
+from ..pauses import paused_queues
 from ..registry import registered_job_types
 from . import executor, wakeup
 from .completer import Completer
 from .connections import recycle_connections
 from .context import JobContext
 from .governor import Governor
+from .housekeeping import ForemanThreads
 from .middleware import Middleware, load_middleware
 from .options import PREFETCH, ForemanOptions, _Running, _Slot
 
@@ -58,10 +66,8 @@ __all__ = ["PREFETCH", "Foreman", "ForemanOptions"]
 
 logger = logging.getLogger(__name__)
 
-_SCHEDULE_EVERY_S = 1.0
 
-
-class Foreman:
+class Foreman(ForemanThreads):
     """Run worker threads that claim and run jobs until stopped (or drained).
 
     Parameters
@@ -140,6 +146,7 @@ class Foreman:
         #: Jobs this foreman ran to a stored outcome, by status (for summaries and tests).
         self.stats: dict[str, int] = {}
         self._stats_lock = threading.Lock()
+        self._init_threads()
 
     # Control -------------------------------------------------------------------
 
@@ -154,18 +161,6 @@ class Foreman:
             self._forced.set()
         self._stopping.set()
         self._kick()
-
-    def wake(self, queue: str = "") -> None:
-        """Wake idle workers now: a job was enqueued (``queue`` is informative)."""
-        if self.queues and queue and queue not in self.queues:
-            return
-        self.governor.woken()
-        self._kick()
-
-    def _kick(self) -> None:
-        with self._cond:
-            self._wake_gen += 1
-            self._cond.notify_all()
 
     def _wait(self, seconds: float, gen: int | None = None) -> None:
         """Sleep up to ``seconds``, or until a wake-up after generation ``gen``
@@ -219,6 +214,7 @@ class Foreman:
             self.lease_ms,
             self.burst,
         )
+        self._register(socket.gethostname(), os.getpid())
         self._sync_schedules()
         helpers = [
             threading.Thread(target=self._heartbeat_loop, name="jq-heartbeat", daemon=True),
@@ -249,6 +245,7 @@ class Foreman:
                 signal.signal(number, handler)
             for thread in helpers:
                 thread.join(timeout=2)
+            self._finish_threads()
             connections.close_all()
         logger.info("foreman stopped name=%s stats=%s", self.name, self.stats)
         return dict(self.stats)
@@ -273,6 +270,9 @@ class Foreman:
         due = Job.objects.using(self.using).due()
         if self.queues:
             due = due.filter(queue__in=self.queues)
+        paused = paused_queues(self.using)
+        if paused:  # never claimed: a burst does not wait for them
+            due = due.exclude(queue__in=sorted(paused))
         return due.exists()
 
     def _drain(self) -> None:
@@ -295,14 +295,6 @@ class Foreman:
                     running.job.job_type,
                     running.job.attempt,
                 )
-
-    def _snapshot(self) -> list[_Running]:
-        with self._running_lock:
-            return list(self._running.values())
-
-    def _count(self, status: str) -> None:
-        with self._stats_lock:
-            self.stats[str(status)] = self.stats.get(str(status), 0) + 1
 
     # Worker slots --------------------------------------------------------------
 
@@ -367,7 +359,7 @@ class Foreman:
             self._unregister(running)
             status = executor.time_out(running.job, running.ctx, started=running.started)
             if status is not None:
-                self._count(status)
+                self._outcome(running, status)
             recycle_connections()
             return True
         return False
@@ -480,7 +472,7 @@ class Foreman:
             if status == executor.PENDING:
                 pending = running.storing = True
             elif status is not None:
-                self._count(status)
+                self._outcome(running, status)
             return True
         finally:
             with self._busy_lock:
@@ -495,7 +487,7 @@ class Foreman:
     def _stored(self, running: _Running, status: str | None) -> None:
         """In the completer's thread: a batched success was written (or its lease lost)."""
         if status is not None:
-            self._count(status)
+            self._outcome(running, status)
         self._unregister(running)
 
     def _unregister(self, running: _Running) -> None:
@@ -503,103 +495,6 @@ class Foreman:
             if self._running.get(running.job.pk) is running:
                 del self._running[running.job.pk]
                 self.governor.del_job(running.job.job_type)
-
-    # Helper threads ------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        try:
-            while not self._done.wait(self.heartbeat_ms / 1000):
-                if self.completer is not None:
-                    # Results and unique-key releases land before the next beat.
-                    try:
-                        self.completer.flush()
-                    except Exception:
-                        logger.warning("flushing completions failed", exc_info=True)
-                running = self._snapshot()
-                if not running:
-                    continue
-                try:
-                    alive, cancel = storage.heartbeat(
-                        [r.job for r in running], lease_ms=self.lease_ms
-                    )
-                except Exception:
-                    logger.warning("heartbeat failed", exc_info=True)
-                    recycle_connections()
-                    continue
-                for r in running:
-                    if r.job.pk in cancel:
-                        r.ctx.mark_cancelled()
-                    if r.job.pk not in alive and not r.ctx.lease_lost:
-                        with self._running_lock:
-                            finished = self._running.get(r.job.pk) is not r
-                        if finished:
-                            continue  # its outcome was stored since the snapshot
-                        r.ctx.mark_lease_lost()
-                        logger.warning(
-                            "lease lost jid=%s type=%s attempt=%s",
-                            r.job.jid,
-                            r.job.job_type,
-                            r.job.attempt,
-                        )
-                recycle_connections()
-        finally:
-            connections.close_all()
-
-    def _reap(self) -> int:
-        try:
-            reaped = storage.reap_expired(self.using)
-        except Exception:
-            logger.warning("reaping expired leases failed", exc_info=True)
-            return 0
-        if reaped:
-            self.wake()
-        return reaped
-
-    def _sync_schedules(self) -> None:
-        """Write the declared plans once at start (schedules.on_foreman_start)."""
-        from ..exceptions import ImproperlyConfiguredJobQueue
-        from ..schedules import on_foreman_start
-
-        try:
-            on_foreman_start(self.using)
-        except ImproperlyConfiguredJobQueue:
-            raise  # a bad declaration stops the foreman at once, loudly
-        except Exception:
-            logger.warning("syncing declared schedules failed", exc_info=True)
-
-    def _materialize_schedules(self) -> None:
-        try:
-            from ..schedules import materialize_due
-        except ImportError:
-            return
-        try:
-            made = materialize_due(self.using)
-        except Exception:
-            logger.warning("materializing due schedules failed", exc_info=True)
-            return
-        if made:
-            self.wake()
-
-    def _housekeeping_loop(self) -> None:
-        reap_every = max(self.lease_ms / 2000, 0.1)
-        next_reap = time.monotonic() + reap_every
-        try:
-            while not self._done.is_set():
-                if not self._stopping.is_set():
-                    self._materialize_schedules()
-                    if time.monotonic() >= next_reap:
-                        self._reap()
-                        next_reap = time.monotonic() + reap_every
-                recycle_connections()
-                self._done.wait(min(_SCHEDULE_EVERY_S, reap_every))
-        finally:
-            connections.close_all()
-
-    def _relay_local_wakeups(self) -> None:
-        while not self._done.is_set():
-            if wakeup.local_event.wait(0.5):
-                wakeup.local_event.clear()
-                self.wake()
 
 
 def run_foreman(

@@ -35,7 +35,8 @@ from django_jobqueue.enqueue import jobs_database
 from django_jobqueue.exceptions import InvalidOption
 from django_jobqueue.licence import current_licence, describe_licence
 from django_jobqueue.management import pausing, tokens
-from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
+from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, ScheduleJob, Worker
+from django_jobqueue.workerstats import live_workers
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,8 @@ def _format_age(seconds: float | None) -> str:
 
 @subcommand(
     "status",
-    help="Per queue: jobs by status, the oldest due job's wait (s) and the busy workers.",
+    help="Per queue: jobs by status, the oldest due job's wait (s) and the busy workers; "
+    "then the live workers, idle ones included.",
     arguments=_status_arguments,
 )
 def _status(
@@ -195,12 +197,18 @@ def _status(
     using = _jobs_database(database)
     rows = maintenance.queue_status(using, queues=queues)
     workers = maintenance.busy_workers(using)
+    live = live_workers(using)
     if as_json:
-        data = {"queues": [row.as_dict() for row in rows], "busy_workers": workers}
+        data = {
+            "queues": [row.as_dict() for row in rows],
+            "busy_workers": workers,
+            "live_workers": [_worker_dict(worker) for worker in live],
+        }
         command.stdout.write(json.dumps(data, indent=2, sort_keys=True))
         return
     if not rows:
         command.stdout.write("No jobs.")
+        _write_live_workers(command, live)
         return
     header = ["queue", *_STATUS_COLUMNS, "oldest_waiting_s", "busy_workers"]
     table = [
@@ -219,6 +227,51 @@ def _status(
         ]
         command.stdout.write("  ".join(cells).rstrip())
     command.stdout.write(f"Busy workers (holding a job now): {workers}")
+    _write_live_workers(command, live)
+
+
+def _worker_dict(worker: Worker) -> dict[str, Any]:
+    return {
+        "name": worker.name,
+        "kind": worker.kind,
+        "host": worker.host,
+        "pid": worker.pid,
+        "queues": worker.queues,
+        "concurrency": worker.concurrency,
+        "busy": worker.busy,
+        "done": worker.done,
+        "failed": worker.failed,
+        "version": worker.version,
+        "started_at": worker.started_at.isoformat(),
+        "last_seen_at": worker.last_seen_at.isoformat(),
+    }
+
+
+def _write_live_workers(command: Command, live: list[Worker]) -> None:
+    """The live-workers table (seen within three heartbeats), idle ones included;
+    nothing when there is none."""
+    if not live:
+        return
+    command.stdout.write(f"Live workers: {len(live)}")
+    header = ["name", "kind", "queues", "busy", "concurrency", "done", "failed", "last_seen"]
+    table = [
+        [
+            w.name,
+            w.kind,
+            ",".join(w.queues) or "*",
+            str(w.busy),
+            str(w.concurrency),
+            str(w.done),
+            str(w.failed),
+            w.last_seen_at.strftime("%Y-%m-%d %H:%M:%S"),
+        ]
+        for w in live
+    ]
+    widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
+    for line in [header, *table]:
+        command.stdout.write(
+            "  ".join(c.ljust(n) for c, n in zip(line, widths, strict=True)).rstrip()
+        )
 
 
 # prune --------------------------------------------------------------------------

@@ -1,0 +1,295 @@
+"""A foreman's helper threads and wake-ups (see :mod:`.foreman`).
+
+:class:`ForemanThreads` is the base of :class:`~.foreman.Foreman`; it holds what runs
+beside the worker slots:
+
+- **the heartbeat thread**: every ``heartbeat_ms`` (at most ``HEARTBEAT_MS``) it
+  flushes batched completions, extends the leases of running jobs (flagging lost
+  leases and cancel requests on their contexts) and refreshes the foreman's
+  :class:`~django_jobqueue.models.Worker` row
+  (:func:`~django_jobqueue.workerstats.beat_worker`: busy slots, jobs done and failed
+  for good since start), idle or not, so the registry shows idle workers live;
+- **the housekeeping thread**: returns expired leases to the queue
+  (:func:`storage.reap_expired`, every ``lease_ms / 2``), turns due schedules into
+  jobs (about every second), flushes the outcome counters of its
+  :class:`~django_jobqueue.workerstats.StatsBuffer` (every :data:`STATS_FLUSH_S`)
+  and prunes long-gone workers and old statistics (every :data:`PRUNE_EVERY_S`);
+- **the relay** of the in-process :data:`~.wakeup.local_event`.
+
+Implements: issue 13 items 1 (registry) and 3 (stats, written in batches).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from importlib import metadata
+
+from django.db import connections
+
+from .. import storage
+from ..conf import get_config
+from ..models import JobStatus
+from ..workerstats import StatsBuffer, beat_worker, prune_stats, prune_workers, register_worker
+from . import wakeup
+from .completer import Completer
+from .connections import recycle_connections
+from .governor import Governor
+from .options import _Running
+
+__all__ = ["PRUNE_EVERY_S", "STATS_FLUSH_S", "ForemanThreads", "package_version"]
+
+logger = logging.getLogger(__name__)
+
+_SCHEDULE_EVERY_S = 1.0
+#: How often (s) the housekeeping thread writes the buffered outcome counters.
+STATS_FLUSH_S = 2.0
+#: How often (s) the housekeeping thread prunes gone workers and old statistics.
+PRUNE_EVERY_S = 300.0
+
+#: Stored status -> the :class:`~django_jobqueue.models.JobStat` counter it adds to.
+_OUTCOME_OF: dict[str, str] = {
+    JobStatus.DONE: "done",
+    JobStatus.RETRY: "retried",
+    JobStatus.ERROR: "failed",
+    JobStatus.MAX_RETRY: "failed",
+}
+
+
+def package_version() -> str:
+    """Return the installed django-jobqueue version, or "" when it is not installed."""
+    try:
+        return metadata.version("django-jobqueue")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+class ForemanThreads:
+    """Wake-ups, outcome counting and the helper threads of a foreman.
+
+    Not used alone: :class:`~.foreman.Foreman` sets the attributes annotated here.
+    """
+
+    using: str
+    name: str
+    queues: tuple[str, ...] | None
+    concurrency: int
+    lease_ms: int
+    heartbeat_ms: int
+    governor: Governor
+    completer: Completer | None
+    stats: dict[str, int]
+    _stats_lock: threading.Lock
+    _busy: int
+    _cond: threading.Condition
+    _wake_gen: int
+    _stopping: threading.Event
+    _done: threading.Event
+    _running: dict[int, _Running]
+    _running_lock: threading.Lock
+
+    def _init_threads(self) -> None:
+        #: Outcome counters of this foreman, written by the housekeeping thread.
+        self.stats_buffer = StatsBuffer()
+
+    # Wake-ups ------------------------------------------------------------------
+
+    def wake(self, queue: str = "") -> None:
+        """Wake idle workers now: a job was enqueued (``queue`` is informative)."""
+        if self.queues and queue and queue not in self.queues:
+            return
+        self.governor.woken()
+        self._kick()
+
+    def _kick(self) -> None:
+        with self._cond:
+            self._wake_gen += 1
+            self._cond.notify_all()
+
+    def _relay_local_wakeups(self) -> None:
+        while not self._done.is_set():
+            if wakeup.local_event.wait(0.5):
+                wakeup.local_event.clear()
+                self.wake()
+
+    # Outcomes ------------------------------------------------------------------
+
+    def _snapshot(self) -> list[_Running]:
+        with self._running_lock:
+            return list(self._running.values())
+
+    def _count(self, status: str) -> None:
+        with self._stats_lock:
+            self.stats[str(status)] = self.stats.get(str(status), 0) + 1
+
+    def _outcome(self, running: _Running, status: str) -> None:
+        """Count a stored outcome of ``running``: in :attr:`stats` and, when it is
+        done, retried or failed, in the stats buffer with its run time."""
+        self._count(status)
+        outcome = _OUTCOME_OF.get(status)
+        if outcome is None:
+            return
+        job = running.job
+        duration_ms = int((time.monotonic() - running.started) * 1000) if running.started else 0
+        self.stats_buffer.record(job.queue, job.job_type, outcome, duration_ms)
+
+    def _totals(self) -> tuple[int, int]:
+        """(jobs done, jobs failed for good) since start."""
+        with self._stats_lock:
+            done = self.stats.get(JobStatus.DONE, 0)
+            failed = self.stats.get(JobStatus.ERROR, 0) + self.stats.get(JobStatus.MAX_RETRY, 0)
+        return done, failed
+
+    # Registry ------------------------------------------------------------------
+
+    def _register(self, host: str, pid: int) -> None:
+        """Write this foreman's Worker row; a failure is logged (the beats retry it)."""
+        try:
+            register_worker(
+                self.using,
+                self.name,
+                kind="runworkers",
+                host=host,
+                pid=pid,
+                queues=self.queues or (),
+                concurrency=self.concurrency,
+                version=package_version(),
+            )
+        except Exception:
+            logger.warning("registering the worker failed name=%s", self.name, exc_info=True)
+            recycle_connections()
+
+    def _beat_registry(self) -> None:
+        done, failed = self._totals()
+        try:
+            beat_worker(self.using, self.name, busy=self._busy, done=done, failed=failed)
+        except Exception:
+            logger.warning("worker heartbeat failed name=%s", self.name, exc_info=True)
+            recycle_connections()
+
+    def _flush_stats(self) -> None:
+        try:
+            self.stats_buffer.flush(self.using)
+        except Exception:  # the counts went back into the buffer
+            logger.warning("flushing job statistics failed", exc_info=True)
+            recycle_connections()
+
+    def _prune(self) -> None:
+        try:
+            workers = prune_workers(self.using)
+            stats = prune_stats(self.using)
+        except Exception:
+            logger.warning("pruning workers and statistics failed", exc_info=True)
+            recycle_connections()
+            return
+        if workers or stats:
+            logger.info("pruned gone workers=%s stats rows=%s", workers, stats)
+
+    # Helper threads ------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        # live_workers() counts three missed beats of JOBQUEUE's HEARTBEAT_MS: a longer
+        # --heartbeat must not make a running worker look gone.
+        every_s = min(self.heartbeat_ms, get_config().HEARTBEAT_MS) / 1000
+        try:
+            while not self._done.wait(every_s):
+                if self.completer is not None:
+                    # Results and unique-key releases land before the next beat.
+                    try:
+                        self.completer.flush()
+                    except Exception:
+                        logger.warning("flushing completions failed", exc_info=True)
+                self._beat_leases(self._snapshot())
+                self._beat_registry()
+                recycle_connections()
+        finally:
+            connections.close_all()
+
+    def _beat_leases(self, running: list[_Running]) -> None:
+        if not running:
+            return
+        try:
+            alive, cancel = storage.heartbeat([r.job for r in running], lease_ms=self.lease_ms)
+        except Exception:
+            logger.warning("heartbeat failed", exc_info=True)
+            recycle_connections()
+            return
+        for r in running:
+            if r.job.pk in cancel:
+                r.ctx.mark_cancelled()
+            if r.job.pk not in alive and not r.ctx.lease_lost:
+                with self._running_lock:
+                    finished = self._running.get(r.job.pk) is not r
+                if finished:
+                    continue  # its outcome was stored since the snapshot
+                r.ctx.mark_lease_lost()
+                logger.warning(
+                    "lease lost jid=%s type=%s attempt=%s",
+                    r.job.jid,
+                    r.job.job_type,
+                    r.job.attempt,
+                )
+
+    def _reap(self) -> int:
+        try:
+            reaped = storage.reap_expired(self.using)
+        except Exception:
+            logger.warning("reaping expired leases failed", exc_info=True)
+            return 0
+        if reaped:
+            self.wake()
+        return reaped
+
+    def _sync_schedules(self) -> None:
+        """Write the declared plans once at start (schedules.on_foreman_start)."""
+        from ..exceptions import ImproperlyConfiguredJobQueue
+        from ..schedules import on_foreman_start
+
+        try:
+            on_foreman_start(self.using)
+        except ImproperlyConfiguredJobQueue:
+            raise  # a bad declaration stops the foreman at once, loudly
+        except Exception:
+            logger.warning("syncing declared schedules failed", exc_info=True)
+
+    def _materialize_schedules(self) -> None:
+        try:
+            from ..schedules import materialize_due
+        except ImportError:
+            return
+        try:
+            made = materialize_due(self.using)
+        except Exception:
+            logger.warning("materializing due schedules failed", exc_info=True)
+            return
+        if made:
+            self.wake()
+
+    def _housekeeping_loop(self) -> None:
+        reap_every = max(self.lease_ms / 2000, 0.1)
+        now = time.monotonic()
+        next_reap, next_flush, next_prune = now + reap_every, now + STATS_FLUSH_S, now
+        try:
+            while not self._done.is_set():
+                now = time.monotonic()
+                if not self._stopping.is_set():
+                    self._materialize_schedules()
+                    if now >= next_reap:
+                        self._reap()
+                        next_reap = time.monotonic() + reap_every
+                    if now >= next_prune:
+                        self._prune()
+                        next_prune = time.monotonic() + PRUNE_EVERY_S
+                if now >= next_flush:
+                    self._flush_stats()
+                    next_flush = time.monotonic() + STATS_FLUSH_S
+                recycle_connections()
+                self._done.wait(min(_SCHEDULE_EVERY_S, reap_every))
+        finally:
+            connections.close_all()
+
+    def _finish_threads(self) -> None:
+        """At shutdown, after the helper threads stopped: the last counts and beat."""
+        self._flush_stats()
+        self._beat_registry()
