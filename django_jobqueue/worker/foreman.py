@@ -122,6 +122,9 @@ class Foreman(ForemanThreads):
         )
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.prefetch = max(0, pick(options.prefetch, PREFETCH))
+        #: Gateway job types (``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``): they have no
+        #: Python handler, so this foreman never claims them; gateway workers do.
+        self.external_types = frozenset(get_config().GATEWAY.JOB_TYPES)
         self.completer = Completer(busy=self._busy_count) if options.batch_completions else None
         #: Claimed jobs no slot took yet, in claim order (the in-memory hand-off).
         self._inbox: collections.deque[_Running] = collections.deque()
@@ -273,6 +276,8 @@ class Foreman(ForemanThreads):
         paused = paused_queues(self.using)
         if paused:  # never claimed: a burst does not wait for them
             due = due.exclude(queue__in=sorted(paused))
+        if self.external_types:  # the gateway's workers run these
+            due = due.exclude(job_type__in=sorted(self.external_types))
         return due.exists()
 
     def _drain(self) -> None:
@@ -396,7 +401,7 @@ class Foreman(ForemanThreads):
                     owner=worker,
                     limit=want,
                     queues=self.queues,
-                    exclude_types=skipped,
+                    exclude_types=self.external_types.union(skipped),
                     lease_ms=self.lease_ms,
                 )
             finally:

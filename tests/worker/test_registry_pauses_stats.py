@@ -146,6 +146,18 @@ def test_pause__a_burst_drain_leaves_a_paused_queue_and_returns() -> None:
     assert Job.objects.filter(jid__in=held, status=JobStatus.INIT, attempt=0).count() == 3
 
 
+@override_settings(JOBQUEUE={"GATEWAY": {"JOB_TYPES": {"ext.render": {"queue": "shared"}}}})
+def test_burst__leaves_gateway_job_types_to_gateway_workers() -> None:
+    """runworkers claims no job of a gateway job type (no Python handler), even on a
+    queue it serves, and its burst does not wait for them."""
+    python_jobs = enqueue("shared", 3)
+    external = [enqueue_job("shared", "ext.render", {"n": n})["jid"] for n in range(3)]
+    proc = run_workers("--burst", *IDLE_WORKER, timeout_s=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert done(python_jobs) == 3
+    assert Job.objects.filter(jid__in=external, status=JobStatus.INIT, attempt=0).count() == 3
+
+
 # Registry -------------------------------------------------------------------------------
 
 
