@@ -121,22 +121,8 @@ def build_job(
 def create_job(spec: JobSpec) -> EnqueueResult:
     """Insert the job of ``spec``, race-free when it carries an id or a unique key.
 
-    The job's manager does it: :meth:`django_jobqueue.managers.JobManager.create_job`.
-
-    Returns
-    -------
-    EnqueueResult
-        ``enqueued`` with the new jid, or ``deduplicated`` with the jid of the job
-        holding the unique key.
-
-    Raises
-    ------
-    DuplicateJob
-        If another job holds ``spec.job_id`` on its queue (seed 004 DUPLICATE_JOB).
-    LockTimeout
-        If a creation lock, or SQLite's write lock, was not had in time.
-    WrongDatabase
-        If the caller's transaction is open on another alias than the jobs'.
+    A thin public name for the manager's creation: answers and errors are those of
+    :meth:`django_jobqueue.managers.JobManager.create_job`.
 
     Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob; seed 000 unique jobs.
     """
