@@ -12,8 +12,8 @@ It creates (once) and migrates a scratch database, serves the example project wi
 a time), and times, each on an emptied job table:
 
 - ``enqueue_job`` in this process, one job per transaction (the baseline of singles);
-- bulk in-process: a loop of ``enqueue_job`` in one transaction (the tree has no
-  ``enqueue_many`` yet; the label says which one ran);
+- bulk in-process: ``enqueue_many`` of 1,000 jobs per call (a loop of ``enqueue_job``
+  in one transaction where a tree has no ``enqueue_many``; the label says which ran);
 - ``POST /sdk/jobs`` one at a time from one client (django_jobqueue.client);
 - ``POST /sdk/jobs/batch`` with 1,000 jobs per request.
 
