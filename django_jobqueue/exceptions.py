@@ -17,6 +17,7 @@ __all__ = [
     "InvalidJobId",
     "InvalidOption",
     "InvalidPayload",
+    "PayloadTooLarge",
     "InvalidRequest",
     "JobQueueError",
     "LockTimeout",
@@ -50,6 +51,13 @@ class InvalidPayload(InvalidRequest):
     """A payload cannot be stored as JSON."""
 
     code = "invalid_payload"
+
+
+class PayloadTooLarge(InvalidPayload):
+    """A payload or result is JSON, but over ``MAX_PAYLOAD_BYTES``/``MAX_RESULT_BYTES``.
+
+    Its ``code`` stays ``invalid_payload``: callers that handle that code need nothing new.
+    """
 
 
 class InvalidJobId(InvalidRequest):

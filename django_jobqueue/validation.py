@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from .durations import parse_duration
-from .exceptions import InvalidJobId, InvalidOption, InvalidPayload
+from .exceptions import InvalidJobId, InvalidOption, InvalidPayload, PayloadTooLarge
 
 __all__ = [
     "MAX_DELAY",
@@ -116,7 +116,7 @@ def json_size(value: Any) -> int:
 
 def _refuse_size(size: int, what: str, max_bytes: int, setting: str) -> None:
     if size > max_bytes:
-        raise InvalidPayload(
+        raise PayloadTooLarge(
             f"{what} is {size} bytes of JSON, over the limit of {max_bytes} bytes "
             f"(JOBQUEUE[{setting!r}]); store large data elsewhere and pass a reference."
         )

@@ -38,7 +38,7 @@ from django.db import connections
 
 from .. import storage
 from ..conf import get_config
-from ..exceptions import InvalidPayload, NonRetryableError, UnknownJobType
+from ..exceptions import NonRetryableError, PayloadTooLarge, UnknownJobType
 from ..models import Job, JobStatus
 from ..registry import get_job_description
 from ..signals import job_finished, job_started
@@ -281,7 +281,7 @@ def execute(
                 max_bytes=get_config().MAX_RESULT_BYTES,
                 setting="MAX_RESULT_BYTES",
             )
-        except InvalidPayload as exc:  # not JSON, or over MAX_RESULT_BYTES
+        except PayloadTooLarge as exc:  # JSON, but over MAX_RESULT_BYTES
             status = storage.fail(job, exc, message=str(exc), retryable=False)
         except (TypeError, ValueError) as exc:  # the result is not JSON
             status = storage.fail(

@@ -20,12 +20,6 @@ def runs_recorded(fault_db: FaultDatabase) -> int:
     return int(rows[0][0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 item 1: a worker write that meets a killed connection is not retried "
-    "on a new one, so the jobs in flight stay processing (seen: 196 done, 4 processing "
-    "on both servers); remove this mark when the worker's reconnect lands",
-)
 def test_kill_every_worker_backend_mid_drain__none_lost_none_left_processing(
     fault_db: FaultDatabase,
 ) -> None:
