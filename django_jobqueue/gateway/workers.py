@@ -27,20 +27,22 @@ import threading
 import time
 from typing import Any
 
+from django.db.models import F
 from django.http import HttpRequest
 from ninja import Router
 
-from .. import storage
+from .. import storage, workerstats
 from ..conf import get_config
 from ..dbclock import Now
 from ..enqueue import jobs_database
+from ..exceptions import JobQueueError
 from ..models import Job, JobStatus, Worker
 from ..registry import registered_job_types
 from ..signals import job_finished, job_started
 from ..worker.executor import expire_if_due
 from . import waiting
 from .auth import require
-from .errors import GatewayError
+from .errors import GatewayError, from_jobqueue_error
 from .jobs import find_job
 from .jobtypes import external_job_types
 from .schemas import (
@@ -143,24 +145,18 @@ def _seen(using: str, name: str, **changes: Any) -> None:
 def register(request: HttpRequest, body: RegisterIn) -> Any:
     """Store (or refresh) the worker under its name; answer the lease and heartbeat."""
     require(request, "work", body.queues)
-    using = jobs_database()
-    fields = {
-        "kind": "gateway",
-        "host": body.host,
-        "pid": body.pid,
-        "queues": body.queues,
-        "job_types": body.job_types,
-        "languages": body.languages,
-        "concurrency": body.concurrency,
-        "version": body.version,
-        "started_at": Now(),
-        "last_seen_at": Now(),
-        "busy": 0,
-        "done": 0,
-        "failed": 0,
-    }
-    if not Worker.objects.using(using).filter(name=body.name).update(**fields):
-        Worker.objects.using(using).update_or_create(name=body.name, defaults=fields)
+    workerstats.register_worker(
+        jobs_database(),
+        body.name,
+        kind="gateway",
+        host=body.host,
+        pid=body.pid,
+        queues=body.queues,
+        job_types=body.job_types,
+        languages=body.languages,
+        concurrency=body.concurrency,
+        version=body.version,
+    )
     config = get_config()
     return {
         "name": body.name,
@@ -224,8 +220,6 @@ def _finished(job: Job, status: str) -> None:
     job_finished.send_robust(sender=job.job_type, job=job, status=status)
     if job.lease_owner.startswith(OWNER_MARK):
         counter = "done" if status == JobStatus.DONE else "failed"
-        from django.db.models import F
-
         _seen(
             job._state.db or jobs_database(),
             job.lease_owner[len(OWNER_MARK) :],
@@ -259,15 +253,11 @@ def heartbeat(request: HttpRequest, jid: str, body: HeartbeatIn) -> Any:
 def complete(request: HttpRequest, jid: str, body: CompleteIn) -> Any:
     """``done`` (or ``init`` when a seed 002 ``set`` asked for one run more)."""
     job = _held(request, jid, body.lease_token)
-    from ..exceptions import JobQueueError
-    from ..validation import check_json
-    from .errors import from_jobqueue_error
-
-    try:
-        check_json(body.result, "The result")
+    try:  # storage checks the result (JSON, MAX_RESULT_BYTES) before it writes
+        stored_it = storage.complete(job, body.result)
     except JobQueueError as exc:
         raise from_jobqueue_error(exc, field="result") from exc
-    if not storage.complete(job, body.result):
+    if not stored_it:
         raise _lease_lost(job)
     status = Job.objects.using(job._state.db).filter(pk=job.pk).values_list("status", flat=True)
     stored = status.first() or JobStatus.DONE
