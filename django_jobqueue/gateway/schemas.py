@@ -14,7 +14,17 @@ from typing import Annotated, Any, Literal
 
 from django.utils import timezone
 from ninja import Schema
-from pydantic import AwareDatetime, ConfigDict, Field, StrictBool, StrictStr, field_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    field_validator,
+)
+
+from ..validation import text_problem
 
 __all__ = [
     "ERRORS",
@@ -56,9 +66,21 @@ _MAX_SPAN = timedelta(days=100 * 365)
 
 Int = Annotated[int, Field(strict=True)]
 Duration = StrictStr | Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] | Int
-Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
-QueueName = Annotated[StrictStr, Field(min_length=1, max_length=100)]
-Text = Annotated[StrictStr, Field(min_length=1, max_length=1024)]
+
+
+def _storable(value: str) -> str:
+    """Refuse text no database stores as given (NUL, lone surrogates): a 422, not a 500."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+#: Text that every database stores as given.
+Storable = AfterValidator(_storable)
+Name = Annotated[StrictStr, Field(min_length=1, max_length=200), Storable]
+QueueName = Annotated[StrictStr, Field(min_length=1, max_length=100), Storable]
+Text = Annotated[StrictStr, Field(min_length=1, max_length=1024), Storable]
 
 
 def _bounded(value: datetime | None) -> datetime | None:
@@ -247,19 +269,16 @@ class RegisterIn(_In):
     name: Name
     host: Annotated[StrictStr, Field(max_length=255)] = ""
     pid: Annotated[int, Field(strict=True, ge=0, le=_MAX_INT)] | None = None
-    languages: list[Annotated[StrictStr, Field(max_length=50)]] = Field([], max_length=20)
+    languages: list[Annotated[StrictStr, Field(max_length=50), Storable]] = Field([], max_length=20)
     queues: list[QueueName] = Field(min_length=1, max_length=100)
     job_types: list[Name] = Field([], max_length=1000)
     concurrency: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1
     version: Annotated[StrictStr, Field(max_length=64)] = ""
 
-    @field_validator("name", "host", "version", "languages", "queues", "job_types")
+    @field_validator("host", "version")
     @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        # Stored in text and JSON columns: PostgreSQL refuses NUL in both.
-        if "\x00" in (value if isinstance(value, str) else "".join(value)):
-            raise ValueError("must not contain NUL (\\u0000)")
-        return value
+    def _storable_text(cls, value: str) -> str:
+        return _storable(value)
 
 
 class RegisterOut(Schema):

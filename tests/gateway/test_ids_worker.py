@@ -62,6 +62,21 @@ def claim(api, **body):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"queues": ["gw\udba1"]},  # a lone surrogate: no database stores it
+        {"queues": ["gw"], "job_types": ["gw.echo\x00"]},
+        {"queues": ["gw"], "worker": "w\ud800"},
+    ],
+)
+def test_worker__claim_with_unstorable_text_is_422_not_500(api, body):
+    response = api.post("/sdk/worker/claim", body)
+    assert response.status_code == 422, response.content
+    assert response.json()["error"] == "invalid_request"
+
+
+@pytest.mark.django_db
 def test_worker__register_claim_heartbeat_complete(api):
     reg = api.post(
         "/sdk/worker/register",
