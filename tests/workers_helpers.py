@@ -158,3 +158,39 @@ class StartedWorkers:
             if stream is not None:
                 stream.close()
         return self.process.returncode, "".join(self.lines)
+
+
+def drain_once_each(processes: int, threads: int, count: int, *, timeout_s: float = 300) -> Any:
+    """Enqueue ``count`` ``worker.record`` jobs, drain them with ``runworkers --burst``
+    (``processes`` x ``threads``), check each ran exactly once, none was lost and none
+    is left processing; return ``(process, elapsed_s)``.
+    """
+    import time
+
+    from django.db import transaction
+
+    from django_jobqueue import enqueue_job
+    from django_jobqueue.models import Job, JobStatus
+    from tests.testapp.models import RunRecord
+
+    with transaction.atomic():
+        jids = [enqueue_job(None, "worker.record", {"label": str(i)})["jid"] for i in range(count)]
+    started = time.monotonic()
+    proc = run_workers(
+        "--burst",
+        "--processes", str(processes),
+        "--concurrency", str(threads),
+        "--ramp-time", "0",
+        "--min-sleep", "5",
+        "--max-sleep", "100",
+        "--verbosity", "0",
+        timeout_s=timeout_s,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = list(RunRecord.objects.values_list("jid", flat=True))
+    assert len(runs) == count  # each job ran exactly once
+    assert set(runs) == set(jids)  # none lost
+    assert Job.objects.filter(status=JobStatus.DONE).count() == count
+    assert not Job.objects.processing().exists()  # none left processing
+    return proc, elapsed
