@@ -15,10 +15,10 @@ demo:
 	exec env BURST="$(BURST)" scripts/demo
 
 # ruff, mypy (django-stubs) and import-linter's layer contracts (pyproject.toml). mypy
-# reads the gateway's, prometheus-client's and psycopg's types (wheels); no mysqlclient, so lint needs
+# reads the gateway's, prometheus-client's, psycopg's and httpx's types (wheels); no mysqlclient, so lint needs
 # no C headers.
 lint:
-	scripts/bootstrap lint gateway metrics postgres
+	scripts/bootstrap lint gateway metrics postgres client
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
