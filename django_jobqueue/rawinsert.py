@@ -93,6 +93,11 @@ class _Plan:
             for f in self.fields
             if f.attname not in _VARIABLE
         }
+        #: The SQL literal of each constant, as the backend's schema editor quotes a
+        #: column default: written into the statement once rather than bound (and,
+        #: on PostgreSQL, quoted by the client) on every call. A value it cannot
+        #: quote stays a parameter.
+        self.literals = _literals(conn, self.constants)
         if self.vendor == "postgresql":
             self.now = "STATEMENT_TIMESTAMP()"
             self.plus = "(STATEMENT_TIMESTAMP() + %s)"
@@ -127,14 +132,12 @@ class _Plan:
         for f in self.fields:
             name = f.attname
             if name not in _VARIABLE:
-                value = self.constants[name]
-                if value is None:
-                    if parts is not None:
-                        parts.append("NULL")
-                else:
-                    params.append(value)
-                    if parts is not None:
-                        parts.append("%s")
+                literal = self.literals.get(name)
+                if literal is None:
+                    params.append(self.constants[name])
+                    literal = "%s"
+                if parts is not None:
+                    parts.append(literal)
                 continue
             text = "%s"
             if name in ("created_at", "updated_at"):
@@ -181,6 +184,24 @@ class _Plan:
             with self.lock:
                 self.shapes[shape] = sql
         return sql
+
+
+def _literals(conn: Any, constants: dict[str, Any]) -> dict[str, str]:
+    """Return the SQL literal of each of ``constants`` that ``conn`` can quote; None is NULL."""
+    literals = {}
+    conn.ensure_connection()  # PostgreSQL and MySQL quote with the driver's connection
+    # Never entered: quote_value needs no schema change (nor, on SQLite, its pragmas).
+    editor = conn.schema_editor(atomic=False, collect_sql=True)
+    for name, value in constants.items():
+        if value is None:
+            literals[name] = "NULL"
+            continue
+        try:
+            text = editor.quote_value(value)
+        except (TypeError, ValueError):
+            continue
+        literals[name] = text.decode("ascii") if isinstance(text, bytes) else str(text)
+    return literals
 
 
 _plans: dict[tuple[str, str], _Plan] = {}
