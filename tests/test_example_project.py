@@ -321,7 +321,7 @@ def test_example_logging__one_line_per_failed_attempt_and_the_traceback_in_the_f
     assert "Traceback" not in proc.stderr
     text = log.read_text()
     assert re.search(
-        rf"INFO \[\d+\] django_jobqueue\.worker\.executor: job started jid={jid} ", text
+        rf"INFO \[\d+\] django_jobqueue\.worker\.executor: job finished jid={jid} ", text
     )
     assert "Traceback (most recent call last):" in text
     assert f"RelayUnavailable: The mail relay refused issue {issue.pk}" in text
