@@ -145,3 +145,18 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
             ended = cursor.fetchone()[0]
         if ended:
             print(f"\nconftest: ended {ended} stray session(s) on the test database")  # noqa: T201
+
+
+@pytest.fixture(autouse=True)
+def _fresh_create_stats() -> Any:
+    """Start and end every test with no deduplicated count waiting in this process.
+
+    The counts a test's enqueues leave in ``workerstats.create_stats`` would
+    otherwise be written by a later test (into its rows) or at exit (into a dropped
+    test database).
+    """
+    from django_jobqueue.workerstats import create_stats
+
+    create_stats.clear()
+    yield
+    create_stats.clear()
