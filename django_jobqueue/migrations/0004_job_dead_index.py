@@ -11,12 +11,14 @@ PostgreSQL only, and outside the model's ``Meta``: MySQL has no partial index (a
 PostgreSQL's. It is built ``CONCURRENTLY``, so a live table keeps taking writes.
 """
 
+from typing import Any
+
 from django.db import migrations
 
 INDEX = "jq_job_dead_idx"
 
 
-def create(apps, schema_editor):
+def create(apps: Any, schema_editor: Any) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     job = apps.get_model("django_jobqueue", "Job")
@@ -28,7 +30,7 @@ def create(apps, schema_editor):
     )
 
 
-def drop(apps, schema_editor):
+def drop(apps: Any, schema_editor: Any) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(INDEX)}")
