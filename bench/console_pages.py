@@ -2,9 +2,11 @@
 
 Modelled on bench/admin_changelist.py (whose fill and measure it reuses): a scratch
 database of ``--rows`` jobs, then all but ``--waiting`` of the waiting ones are made
-done, and a day of JobStat rows is added. Each page is fetched as a superuser::
+done, and a day of JobStat rows is added (``--stats-days``). Each page is fetched as a
+superuser::
 
     .venv/bin/python bench/console_pages.py                    # 1,000,000 jobs, 10,000 waiting
+    .venv/bin/python bench/console_pages.py --vacuum --stats-days 7 --stats-keys 20
 """
 
 from __future__ import annotations
@@ -23,6 +25,32 @@ from admin_changelist import ensure_database, fill, measure  # noqa: E402
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/jq_bench_console"
 
 
+def fill_stats(minutes: int, keys: int) -> None:
+    """Replace the JobStat rows by ``minutes`` minutes of ``keys`` (queue, job type) rows.
+
+    One INSERT ... SELECT over generate_series: a week of 20 pairs is 201,600 rows.
+    """
+    from django.db import connection
+
+    from django_jobqueue.models import JobStat
+
+    table = JobStat._meta.db_table
+    buckets = "le_10, le_100, le_1000, le_10000, le_60000, le_300000, le_inf"
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {table}")  # noqa: S608
+        cursor.execute(
+            f"INSERT INTO {table} (minute, queue, job_type, done, failed, retried, "  # noqa: S608
+            f"deduplicated, duration_ms_sum, {buckets}) "
+            "SELECT date_trunc('minute', now()) - make_interval(mins => m), "
+            "(ARRAY['default','emails','reports','webhooks'])[1 + k %% 4], "
+            "'type' || (k / 4), 5, 1, 1, k %% 2, 1500, 1, 1, 1, 2, 1, 0, 0 "
+            "FROM generate_series(0, %s) m, generate_series(0, %s) k",
+            [minutes - 1, keys - 1],
+        )
+        cursor.execute(f"VACUUM ANALYZE {table}")
+    print(f"stats: {minutes * keys:,} JobStat rows ({minutes // 1440} days x {keys} pairs)")
+
+
 def main() -> int:
     """Fill (if needed) and time the console pages."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,6 +58,18 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000, help="Jobs in the table.")
     parser.add_argument("--waiting", type=int, default=10_000, help="Waiting jobs among them.")
     parser.add_argument("--repeat", type=int, default=5, help="Timed requests per page.")
+    parser.add_argument(
+        "--stats-days", type=int, default=1, help="Days of per-minute JobStat rows (7: a week)."
+    )
+    parser.add_argument(
+        "--stats-keys", type=int, default=4, help="(queue, job type) pairs with stats each minute."
+    )
+    parser.add_argument(
+        "--vacuum",
+        action="store_true",
+        help="VACUUM ANALYZE the jobs first (the steady state autovacuum reaches; without it "
+        "the pages run right after the fill's mass UPDATE, no visibility map set).",
+    )
     args = parser.parse_args()
 
     ensure_database(args.url)
@@ -38,15 +78,12 @@ def main() -> int:
     import django
 
     django.setup()
-    from datetime import UTC, datetime
-
     from django.contrib.auth.models import User
     from django.core.management import call_command
     from django.db import connection
     from django.test import Client
 
     from django_jobqueue.models import Job, JobStat
-    from django_jobqueue.workerstats import StatsBuffer
 
     call_command("migrate", verbosity=0)
     if Job.objects.count() != args.rows:
@@ -57,17 +94,15 @@ def main() -> int:
                 f"UPDATE {table} SET status = 'done', waiting = false, finished_at = now() "  # noqa: S608
                 f"WHERE waiting AND id > (SELECT id FROM {table} WHERE waiting "
                 "ORDER BY id OFFSET %s LIMIT 1)",
-                [args.waiting],
+                [args.waiting - 1],  # the row at OFFSET n is the (n+1)th: it stays waiting
             )
             cursor.execute(f"ANALYZE {table}")
-        JobStat.objects.all().delete()
-        now = datetime.now(UTC).timestamp()
-        for minute in range(24 * 60):
-            buffer = StatsBuffer(clock=lambda m=minute: now - 60 * m)
-            for queue in ("default", "emails", "reports", "webhooks"):
-                buffer.record(queue, "emails.send", "done", 30)
-                buffer.record(queue, "emails.send", "failed", 300)
-            buffer.flush("default")
+    if args.vacuum:
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM ANALYZE {Job._meta.db_table}")
+    minutes = args.stats_days * 24 * 60
+    if JobStat.objects.count() != minutes * args.stats_keys:
+        fill_stats(minutes, args.stats_keys)
     user = User.objects.filter(username="bench").first() or User.objects.create_superuser("bench")
     client = Client()
     client.force_login(user)

@@ -35,6 +35,7 @@ from .conf import get_config
 from .dbclock import Now
 from .managers import EnqueueResult, JobSpec, check_transaction, hold_hash, hold_lock_names
 from .rawinsert import Row, insert_rows
+from .workerstats import count_deduplicated
 
 __all__ = ["create_many"]
 
@@ -77,7 +78,9 @@ def create_many(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
     using = specs[0].using
     check_transaction(using)
     timeout_ms = get_config().LOCK_TIMEOUT_MS
-    return locks.retry_when_locked(using, _create, specs, timeout_ms, timeout_ms=timeout_ms)
+    results = locks.retry_when_locked(using, _create, specs, timeout_ms, timeout_ms=timeout_ms)
+    count_deduplicated(specs, results)  # issue 13: for the dedupe audit, written in batches
+    return results
 
 
 def _create(specs: Sequence[JobSpec], timeout_ms: int) -> list[EnqueueResult]:

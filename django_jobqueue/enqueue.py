@@ -27,6 +27,7 @@ from .models import Job
 from .registry import get_job_description
 from .unique import unique_options
 from .validation import check_delay, check_json, check_positive_int, check_queue, check_text
+from .workerstats import count_deduplicated
 
 __all__ = [
     "EnqueueResult",
@@ -126,7 +127,10 @@ def create_job(spec: JobSpec) -> EnqueueResult:
 
     Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob; seed 000 unique jobs.
     """
-    return Job.objects.create_job(spec)
+    result = Job.objects.create_job(spec)
+    if result.deduplicated:  # issue 13: counted for the dedupe audit, written in batches
+        count_deduplicated([spec], [result])
+    return result
 
 
 def enqueue_job(

@@ -7,8 +7,9 @@ with any number of ``runworkers`` processes: queue depth by state and the oldest
 waiting age per queue from the job table (over its indexes, as the console's
 overview), outcome counters and duration histograms by queue and job type from
 :class:`~django_jobqueue.models.JobStat` (the rows still kept: totals over
-``STATS_RETENTION``), live workers from the registry, paused queues. Labels are
-queue and job type names only, never a payload.
+``STATS_RETENTION``; :func:`~django_jobqueue.overview.stat_totals` caches the closed
+hours' sums for a few minutes per process), live workers from the registry, paused
+queues. Labels are queue and job type names only, never a payload.
 
 Access: a bearer token (``JOBQUEUE["METRICS_TOKEN"]``), or a signed-in staff user.
 Needs the ``metrics`` extra (prometheus-client).
@@ -17,10 +18,9 @@ Needs the ``metrics`` extra (prometheus-client).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -33,9 +33,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from .conf import get_config
-from .models import DURATION_BUCKETS_MS, JobStat
-from .overview import jobs_database, overview
-from .workerstats import BUCKET_FIELDS, live_workers
+from .models import DURATION_BUCKETS_MS
+from .overview import jobs_database, overview, stat_totals
+from .workerstats import BUCKET_FIELDS, OUTCOMES, live_workers
 
 __all__ = ["JobQueueCollector", "metrics_view", "urlpatterns"]
 
@@ -81,33 +81,16 @@ class JobQueueCollector(Collector):
         durations = HistogramMetricFamily(
             "jobqueue_job_duration_seconds", "Run time of attempts.", labels=["queue", "job_type"]
         )
-        sums = {
-            f"s_{name}": Sum(name)
-            for name in (
-                "done",
-                "failed",
-                "retried",
-                "deduplicated",
-                "duration_ms_sum",
-                *BUCKET_FIELDS,
-            )
-        }
-        rows: Iterable[Any] = (
-            JobStat.objects.using(self.alias)
-            .order_by()
-            .values("queue", "job_type")
-            .annotate(**sums)
-        )
-        for stat in rows:
-            labels = [stat["queue"], stat["job_type"]]
-            for outcome in ("done", "failed", "retried", "deduplicated"):
-                outcomes.add_metric([*labels, outcome], stat[f"s_{outcome}"] or 0)
+        for (queue, job_type), stat in sorted(stat_totals(self.alias).items()):
+            labels = [queue, job_type]
+            for outcome in OUTCOMES:
+                outcomes.add_metric([*labels, outcome], stat[outcome])
             cumulative = 0
             buckets = []
             for bound, name in zip((*DURATION_BUCKETS_MS, None), BUCKET_FIELDS, strict=True):
-                cumulative += stat[f"s_{name}"] or 0
+                cumulative += stat[name]
                 buckets.append(("+Inf" if bound is None else str(bound / 1000), cumulative))
-            durations.add_metric(labels, buckets, sum_value=(stat["s_duration_ms_sum"] or 0) / 1000)
+            durations.add_metric(labels, buckets, sum_value=stat["duration_ms_sum"] / 1000)
         yield outcomes
         yield durations
 

@@ -313,12 +313,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def _error_entry(job: Job, exc: BaseException | None, message: str) -> dict[str, Any]:
+def _error_entry(
+    job: Job, exc: BaseException | None, message: str, exception_class: str = ""
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "attempt": job.attempt,
         "at": timezone.now().isoformat(),
         "message": "<secure>" if job.secure else message,
-        "exception_class": "",
+        "exception_class": exception_class[:200],
         "traceback": "",
     }
     if exc is not None:
@@ -335,8 +337,12 @@ def fail(
     *,
     message: str = "",
     retryable: bool = True,
+    exception_class: str = "",
 ) -> str | None:
     """Store a failed attempt of ``job``; return its new status, or None if the lease was lost.
+
+    ``exception_class`` is the class a remote worker reported (gateway), stored in
+    the attempt's entry when there is no ``exc`` to name it.
 
     A retryable failure with retries left goes to ``retry`` at ``now + backoff``;
     otherwise the job is a dead letter: ``error`` when not retryable, ``max_retry``
@@ -345,7 +351,7 @@ def fail(
     by a failure).
     """
     message = _storable(message or (_describe(exc) if exc is not None else "failed"))
-    errors = [*job.errors, _error_entry(job, exc, message)]
+    errors = [*job.errors, _error_entry(job, exc, message, exception_class)]
     fields: dict[str, Any] = {
         "errors": errors,
         "message": "<secure>" if job.secure else message[:10_000],

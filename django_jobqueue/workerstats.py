@@ -16,15 +16,26 @@ Policy
   job: the caller flushes every few seconds. Rows are written in key order, so two
   flushes lock shared rows in the same order; a deadlock or "database is locked" is
   retried a few times, then the counts go back into the buffer for the next flush.
+- **Deduplicated enqueues.** The create path (``enqueue_job``, ``enqueue_many``,
+  ``Queue.add``) counts each enqueue it turns away with :func:`count_deduplicated`
+  into the process's :data:`create_stats` (a :class:`CreateStats`: one
+  :class:`StatsBuffer` per database). A web process has no foreman to flush it, so
+  it flushes itself: the first count after :data:`CREATE_STATS_FLUSH_S` seconds
+  writes them all in one upsert, never inside the caller's transaction (there it
+  waits for the commit, and a rollback leaves the counts for the next time: a
+  deduplicated answer wrote nothing, so counting it later is right); a foreman's
+  housekeeping flushes it too, and so does the process's exit.
 - **Retention.** :func:`prune_stats` deletes rows older than ``STATS_RETENTION``.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,10 +49,14 @@ from .models import DURATION_BUCKETS_MS, JobStat, Worker
 
 __all__ = [
     "BUCKET_FIELDS",
+    "CREATE_STATS_FLUSH_S",
     "OUTCOMES",
+    "CreateStats",
     "StatsBuffer",
     "beat_worker",
     "bucket_of",
+    "count_deduplicated",
+    "create_stats",
     "gone_workers",
     "live_workers",
     "prune_stats",
@@ -57,6 +72,8 @@ OUTCOMES = ("done", "failed", "retried", "deduplicated")
 BUCKET_FIELDS = (*(f"le_{bound}" for bound in DURATION_BUCKETS_MS), "le_inf")
 _COUNTERS = (*OUTCOMES, "duration_ms_sum", *BUCKET_FIELDS)
 _FLUSH_ATTEMPTS = 3
+#: Seconds the process's deduplicated counts wait before a later count writes them.
+CREATE_STATS_FLUSH_S = 5.0
 
 
 def _heartbeat_window() -> timedelta:
@@ -241,9 +258,15 @@ class StatsBuffer:
             return len(self._rows)
 
     def record(
-        self, queue: str, job_type: str, outcome: str, duration_ms: int | None = None
+        self,
+        queue: str,
+        job_type: str,
+        outcome: str,
+        duration_ms: int | None = None,
+        *,
+        count: int = 1,
     ) -> None:
-        """Count one outcome of a job of ``job_type`` in ``queue``, this minute.
+        """Count ``count`` outcomes of jobs of ``job_type`` in ``queue``, this minute.
 
         Parameters
         ----------
@@ -256,6 +279,8 @@ class StatsBuffer:
         duration_ms
             The attempt's run time in ms, counted in the sum and the histogram;
             None for ``deduplicated``.
+        count
+            How many such outcomes (``deduplicated`` of a batch); 1 by default.
 
         Raises
         ------
@@ -266,11 +291,11 @@ class StatsBuffer:
             raise InvalidOption(f"A stats outcome must be one of {OUTCOMES}: got {outcome!r}.")
         seconds = int(self._clock()) // 60 * 60
         key = (datetime.fromtimestamp(seconds, UTC), queue, job_type)
-        change = {outcome: 1}
+        change = {outcome: count}
         if duration_ms is not None:
             duration = max(0, int(duration_ms))
-            change["duration_ms_sum"] = duration
-            change[bucket_of(duration)] = 1
+            change["duration_ms_sum"] = duration * count
+            change[bucket_of(duration)] = count
         with self._lock:
             self._rows.setdefault(key, _Counts.zero()).add(change)
 
@@ -355,3 +380,140 @@ def _upsert(using: str, rows: list[tuple[_Key, _Counts]]) -> None:
         sql = f"{head} ON CONFLICT ({conflict}) DO UPDATE SET {sets}"
     with transaction.atomic(using=using), connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+class CreateStats:
+    """The deduplicated enqueues of one process, per database, until written.
+
+    Thread-safe. :meth:`record` writes the counts itself once the oldest of them is
+    ``flush_s`` seconds old (the first record after that), so a web process needs
+    no thread and no foreman; never one write per enqueue. Inside the caller's
+    transaction the write waits for its commit (``transaction.on_commit``): writing
+    there would hold the stats rows' locks to the caller's end and lose the counts
+    with a rollback. ``clock`` (monotonic seconds, for the age) and ``wall`` (epoch
+    seconds, for the minute) are for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        flush_s: float = CREATE_STATS_FLUSH_S,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.flush_s = flush_s
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._buffers: dict[str, StatsBuffer] = {}
+        self._since: dict[str, float] = {}  # clock of the oldest count not written
+        self._asked: dict[str, float] = {}  # clock of the last on_commit flush asked for
+
+    def pending(self, using: str) -> int:
+        """Return how many (minute, queue, job type) rows of ``using`` wait to be written."""
+        with self._lock:
+            buffer = self._buffers.get(using)
+        return 0 if buffer is None else len(buffer)
+
+    def record(self, using: str, queue: str, job_type: str, count: int = 1) -> None:
+        """Count ``count`` enqueues of ``job_type`` into ``queue`` turned away as deduplicated.
+
+        Parameters
+        ----------
+        using
+            Database alias of the jobs.
+        queue, job_type
+            The turned-away job's queue and job type (never its payload or key).
+        count
+            How many, >= 1.
+
+        Writes the buffered counts of ``using`` (:meth:`flush`) when the oldest is
+        ``flush_s`` seconds old: now in autocommit, after the commit inside a
+        transaction. Never raises for a failed write (it is logged, the counts kept).
+        """
+        now = self._clock()
+        with self._lock:
+            buffer = self._buffers.get(using)
+            if buffer is None:
+                buffer = self._buffers[using] = StatsBuffer(clock=self._wall)
+            since = self._since.setdefault(using, now)
+        buffer.record(queue, job_type, "deduplicated", count=count)
+        if now - since < self.flush_s:
+            return
+        if not connections[using].in_atomic_block:
+            self.flush(using)
+            return
+        with self._lock:
+            asked = self._asked.get(using)
+            if asked is not None and now - asked < self.flush_s:
+                return  # one commit hook per flush_s, however many enqueues a transaction makes
+            self._asked[using] = now
+        transaction.on_commit(lambda: self.flush(using), using=using)
+
+    def flush(self, using: str) -> int:
+        """Write the counts of ``using`` in one upsert; return the rows written.
+
+        Returns 0, writing nothing, when there is nothing to write or the connection
+        is inside a transaction (the counts wait: see the class). A failed write is
+        logged and returns 0; its counts stay for the next flush.
+        """
+        if connections[using].in_atomic_block:
+            return 0
+        with self._lock:
+            buffer = self._buffers.get(using)
+            self._since.pop(using, None)
+            self._asked.pop(using, None)
+        if buffer is None:
+            return 0
+        try:
+            return buffer.flush(using)
+        except Exception:  # never fail an enqueue or a request for a counter
+            logger.warning("writing deduplicated counts failed using=%s", using, exc_info=True)
+            if len(buffer):
+                with self._lock:
+                    self._since.setdefault(using, self._clock())
+            return 0
+
+    def flush_all(self) -> int:
+        """Write the counts of every database (:meth:`flush`); return the rows written."""
+        with self._lock:
+            aliases = list(self._buffers)
+        return sum(self.flush(using) for using in aliases)
+
+    def clear(self) -> None:
+        """Drop every count not written (tests, between cases)."""
+        with self._lock:
+            self._buffers.clear()
+            self._since.clear()
+            self._asked.clear()
+
+
+#: The process's deduplicated counts; written at exit too.
+create_stats = CreateStats()
+atexit.register(create_stats.flush_all)
+
+
+def count_deduplicated(specs: Sequence[Any], answers: Sequence[Any]) -> None:
+    """Count each enqueue of ``specs`` that its answer turned away, in :data:`create_stats`.
+
+    Parameters
+    ----------
+    specs
+        The jobs asked for, each with ``using``, ``queue`` and ``job_type`` (a
+        :class:`~django_jobqueue.managers.JobSpec`).
+    answers
+        One per spec, in order: an ``EnqueueResult`` (counted when its status is
+        ``deduplicated``) or the bool of ``Queue.add`` (counted when False).
+
+    A held id that *raises* ``DuplicateJob`` (``enqueue_job(job_id=...)``) is an
+    error, not an answer, and is not counted. Writes nothing now unless the
+    process's counts are due (:meth:`CreateStats.record`).
+
+    Implements: issue 13 item 3 ("the create path write[s] them in batches").
+    """
+    turned_away: Counter[tuple[str, str, str]] = Counter()
+    for spec, answer in zip(specs, answers, strict=True):
+        if answer is False or getattr(answer, "deduplicated", False) is True:
+            turned_away[(spec.using, spec.queue, spec.job_type)] += 1
+    for (using, queue, job_type), number in sorted(turned_away.items()):
+        create_stats.record(using, queue, job_type, number)

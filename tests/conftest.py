@@ -145,3 +145,22 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
             ended = cursor.fetchone()[0]
         if ended:
             print(f"\nconftest: ended {ended} stray session(s) on the test database")  # noqa: T201
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stats_state() -> Any:
+    """Start and end every test with no stats state of an earlier test in this process.
+
+    The counts a test's enqueues leave in ``workerstats.create_stats`` would
+    otherwise be written by a later test (into its rows) or at exit (into a dropped
+    test database); the closed hours' sums ``overview.stat_totals`` caches would
+    be a rolled-back test's.
+    """
+    from django_jobqueue.overview import clear_totals_cache
+    from django_jobqueue.workerstats import create_stats
+
+    create_stats.clear()
+    clear_totals_cache()
+    yield
+    create_stats.clear()
+    clear_totals_cache()

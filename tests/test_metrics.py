@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_jobqueue import pauses
@@ -65,3 +70,35 @@ def test_metrics__need_the_token_or_staff():
     assert client.get("/metrics/").status_code == 403
     client.force_login(User.objects.create_user("ops", is_staff=True))
     assert client.get("/metrics/").status_code == 200
+
+
+def test_stat_totals__sums_closed_hours_once_per_refresh_and_open_hours_each_call(monkeypatch):
+    from django_jobqueue import overview
+
+    now = datetime(2026, 5, 4, 12, 30, tzinfo=UTC)
+    at = now.timestamp()
+
+    def flush(seconds_ago: float, outcome: str, count: int = 1) -> None:
+        buffer = StatsBuffer(clock=lambda: at - seconds_ago)
+        buffer.record("mail", "mail.send", outcome, 40, count=count)
+        buffer.flush("default")
+
+    flush(3 * 3600, "done", 5)  # a closed hour (before 11:00)
+    flush(10 * 60, "done", 2)  # the open hours (11:00 on)
+    totals = overview.stat_totals("default", now=now)
+    assert totals[("mail", "mail.send")]["done"] == 7
+    assert totals[("mail", "mail.send")]["le_100"] == 7
+    flush(3 * 3600, "failed")  # a late write into a closed hour: seen at the next refresh
+    flush(60, "done")  # the open hours: seen at once
+    with CaptureQueriesContext(connection) as queries:
+        totals = overview.stat_totals("default", now=now)
+    assert len(queries) == 1  # the open hours only
+    mail = totals[("mail", "mail.send")]
+    assert (mail["done"], mail["failed"]) == (8, 0)
+    later = time.monotonic() + overview.TOTALS_REFRESH_S + 1
+    monkeypatch.setattr(overview.time, "monotonic", lambda: later)
+    with CaptureQueriesContext(connection) as queries:
+        mail = overview.stat_totals("default", now=now)[("mail", "mail.send")]
+    assert len(queries) == 2  # refreshed: the closed hours again, and the open ones
+    assert (mail["done"], mail["failed"]) == (8, 1)
+    assert set(mail) == set(overview.STAT_COUNTERS)

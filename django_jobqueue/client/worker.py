@@ -333,6 +333,8 @@ class Worker:
             kind = "cancelled" if cancelled else "failed"
             error = str(exc) or type(exc).__name__
             cls = type(exc).__name__
+            # Module and qualified name, as an in-process worker stores it.
+            qualified = f"{type(exc).__module__}.{type(exc).__qualname__}"
             retry = not isinstance(exc, NoRetry)
             if not cancelled:
                 logger.warning("worker %s: job %s failed: %s: %s", self.name, job.jid, cls, error)
@@ -343,7 +345,7 @@ class Worker:
                     job.jid,
                     job.lease_token,
                     error,
-                    exception_class=cls,
+                    exception_class=qualified,
                     retry=retry,
                     cancelled=cancelled,
                 ),

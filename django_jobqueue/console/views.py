@@ -110,14 +110,28 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
 
 
+def _when(value: Any) -> datetime | None:
+    """An attempt's ``at`` (ISO text in the errors list) as an aware datetime, if it is one."""
+    if isinstance(value, datetime):
+        return value
+    try:
+        when = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
 def timeline(job: Job) -> list[tuple[Any, str]]:
-    """Return ``(when, what)`` events of ``job``: created, each attempt, finished."""
+    """Return ``(when, what)`` events of ``job``: created, each attempt, finished.
+
+    In time order; an attempt whose time is unreadable comes first.
+    """
     events: list[tuple[Any, str]] = [(job.created_at, "created")]
     for entry in job.errors or []:
         if isinstance(entry, dict):
             events.append(
                 (
-                    entry.get("at"),
+                    _when(entry.get("at")),
                     f"attempt {entry.get('attempt')} failed: {entry.get('exception_class', '')}",
                 )
             )
@@ -125,7 +139,9 @@ def timeline(job: Job) -> list[tuple[Any, str]]:
         events.append((job.started_at, f"attempt {job.attempt} started"))
     if job.finished_at:
         events.append((job.finished_at, f"finished: {job.status}"))
-    return sorted(events, key=lambda e: str(e[0] or ""))
+    # Datetimes, not their text: the errors' ISO "T" and str()'s space sort apart.
+    earliest = datetime.min.replace(tzinfo=UTC)
+    return sorted(events, key=lambda e: e[0] or earliest)
 
 
 @staff_required()

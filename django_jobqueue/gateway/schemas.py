@@ -351,7 +351,14 @@ class FailIn(_LeaseIn):
     stores that the handler stopped on a cancel request."""
 
     error: Annotated[StrictStr, Field(max_length=10_000)] = "failed"
-    exception_class: Annotated[StrictStr, Field(max_length=200)] = ""
+    exception_class: Annotated[
+        StrictStr,
+        Field(
+            max_length=200,
+            description="The error's class, e.g. builtins.ValueError or TypeError: stored "
+            "as the attempt's exception_class; the message starts with its last part.",
+        ),
+    ] = ""
     retry: StrictBool = True
     cancelled: StrictBool = False
 

@@ -279,8 +279,17 @@ def fail(request: HttpRequest, jid: str, body: FailIn) -> Any:
             raise _lease_lost(job)
         status: str | None = JobStatus.CANCELLED
     else:
-        message = f"{body.exception_class}: {body.error}" if body.exception_class else body.error
-        status = storage.fail(job, None, message=message, retryable=body.retry)
+        # The message names the class as an in-process failure does ("ValueError: ..."),
+        # the attempt's entry keeps the class the client reported (maybe dotted).
+        name = body.exception_class.rsplit(".", 1)[-1]
+        message = f"{name}: {body.error}" if name else body.error
+        status = storage.fail(
+            job,
+            None,
+            message=message,
+            retryable=body.retry,
+            exception_class=body.exception_class,
+        )
         if status is None:
             raise _lease_lost(job)
     _finished(job, str(status))

@@ -32,6 +32,7 @@ from ..managers import JobSpec
 from ..models import DEAD_STATUSES, Job, JobStatus
 from ..registry import UNSET, get_job_description, registered_job_types
 from ..validation import check_delay, check_json, check_queue, check_text
+from ..workerstats import count_deduplicated
 from .holds import (
     ROUNDS,
     Kind,
@@ -198,6 +199,12 @@ class Queue:
         if id is None:
             insert(spec, self._hold_fields())
             return True
+        added = self._add_held(spec, id)
+        if not added:  # issue 13: a turned-away add counts for the dedupe audit
+            count_deduplicated([spec], [added])
+        return added
+
+    def _add_held(self, spec: JobSpec, id: str) -> bool:  # noqa: A002 (seed 002's word)
         # PostgreSQL: lock, holder check and insert in one statement; None: the locked
         # path below decides (another creator holds the lock, or a stale hold).
         added = Job.objects.add_unless_held(spec, **self._hold_fields())

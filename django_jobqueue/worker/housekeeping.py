@@ -31,7 +31,14 @@ from django.db import connections
 from .. import storage
 from ..conf import get_config
 from ..models import JobStatus
-from ..workerstats import StatsBuffer, beat_worker, prune_stats, prune_workers, register_worker
+from ..workerstats import (
+    StatsBuffer,
+    beat_worker,
+    create_stats,
+    prune_stats,
+    prune_workers,
+    register_worker,
+)
 from . import wakeup
 from .completer import Completer
 from .connections import recycle_connections
@@ -171,6 +178,7 @@ class ForemanThreads:
     def _flush_stats(self) -> None:
         try:
             self.stats_buffer.flush(self.using)
+            create_stats.flush(self.using)  # the deduplicated enqueues of this process's jobs
         except Exception:  # the counts went back into the buffer
             logger.warning("flushing job statistics failed", exc_info=True)
             recycle_connections()

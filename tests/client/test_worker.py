@@ -118,8 +118,12 @@ def test_worker__a_failure_retries_and_no_retry_dead_letters(client):
         "error",
         "NoRetry: bad address",
     )
+    # ... and the class the client reported in the attempt's entry, as a worker in
+    # process does (module and qualified name).
+    assert fatal.last_error.exception_class == "django_jobqueue.client.worker.NoRetry"
     flaky = Job.objects.get(jid=retried)
     assert flaky.errors[-1]["message"] == "ValueError: flaky attempt 1"
+    assert flaky.errors[-1]["exception_class"] == "builtins.ValueError"
     assert flaky.run_at > flaky.updated_at  # backoff before the next attempt
 
 

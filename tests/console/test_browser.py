@@ -2,12 +2,14 @@
 
 Playwright never downloads a browser here: it launches /usr/bin/chromium, which
 scripts/test installs with apt when it is missing. Screenshots of every page go to
-.artifacts/ (git-ignored).
+.artifacts/ (git-ignored). A real ``runworkers`` process serves the queue of the dead
+letter the test retries, so the retried job is seen to run to done.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from django_jobqueue.licence import generate_key_pair, issue_licence
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.workerstats import StatsBuffer, register_worker
 from tests.maintenance_helpers import make_job, make_jobs
+from tests.testapp.models import RunRecord
+from tests.workers_helpers import StartedWorkers
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -30,6 +34,7 @@ ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
+RETRY_QUEUE = "console-retry"
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -80,9 +85,11 @@ def seed():
     register_worker(
         "default", "web-1:4242", host="web-1", pid=4242, concurrency=4, queues=["emails"]
     )
+    # The dead letter the test retries: a job type the tests' workers run
+    # (worker.record), on a queue of its own that only the test's worker serves.
     return make_job(
-        queue="emails",
-        job_type="emails.send",
+        queue=RETRY_QUEUE,
+        job_type="worker.record",
         status=JobStatus.MAX_RETRY,
         attempt=4,
         payload={"to": "<script>alert('x')</script>"},
@@ -98,7 +105,36 @@ def seed():
     )
 
 
-def test_console_in_a_real_browser(live_server, browser):
+@pytest.fixture
+def worker(live_server):
+    """A real ``runworkers`` on the live server's database, serving RETRY_QUEUE only."""
+    started = StartedWorkers(
+        "--queues", RETRY_QUEUE,
+        "--concurrency", "1",
+        "--min-sleep", "5",
+        "--max-sleep", "100",
+        "--ramp-time", "0",
+    )  # fmt: skip
+    try:
+        started.wait_started()
+        yield started
+    finally:
+        code, stderr = started.stop()
+        assert code == 0, stderr[-3000:]
+
+
+def status_until(page, url, wanted, timeout_s=60.0):
+    """Reload the job page ``url`` until its status reads ``wanted``; return the text."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page.goto(url)
+        text = page.locator("#status").inner_text()
+        if text.startswith(wanted) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
+
+
+def test_console_in_a_real_browser(live_server, browser, worker):
     dead = seed()
     User.objects.create_superuser("ops", password="console-test-pw")  # noqa: S106
     page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -121,10 +157,20 @@ def test_console_in_a_real_browser(live_server, browser):
     assert "<script>alert('x')</script>" in page.locator("#payload").inner_text()
     assert dialogs == []  # the payload's script never ran
     shot(page, "job")
+    assert not RunRecord.objects.filter(jid=dead.jid).exists()
     page.click("#retry")
     page.wait_for_load_state()
-    assert page.locator("#status").inner_text().startswith("init")
-    assert Job.objects.get(pk=dead.pk).status == JobStatus.INIT
+    # Back in the queue, and the running worker takes it at once: the page may show
+    # any step of the run, and its last one is done.
+    assert page.locator("#status").inner_text().split()[0] in ("init", "processing", "done")
+    job_url = f"{live_server.url}/console/jobs/{dead.jid}/"
+    assert status_until(page, job_url, "done") == "done"
+    assert RunRecord.objects.filter(jid=dead.jid, attempt=1).count() == 1  # it ran, once, anew
+    assert Job.objects.get(pk=dead.pk).status == JobStatus.DONE
+    shot(page, "job-retried-done")
+    steps = page.locator("#timeline li").all_inner_texts()
+    events = [step.split(": ", 1)[1] for step in steps]
+    assert events[-2:] == ["attempt 1 started", "finished: done"]  # in time order
 
     page.goto(f"{live_server.url}/console/")
     page.locator("#queues tr[data-queue=emails] button").click()
@@ -132,7 +178,9 @@ def test_console_in_a_real_browser(live_server, browser):
     assert "paused" in page.locator("#queues tr[data-queue=emails]").inner_text()
 
     page.goto(f"{live_server.url}/console/workers/")
-    assert "web-1:4242" in page.locator("#live").inner_text()
+    live = page.locator("#live").inner_text()
+    assert "web-1:4242" in live
+    assert RETRY_QUEUE in live  # the test's runworkers, from the registry
     shot(page, "workers")
     page.goto(f"{live_server.url}/console/schedules/")
     shot(page, "schedules")

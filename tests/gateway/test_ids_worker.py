@@ -113,10 +113,23 @@ def test_worker__fail_retries_then_dead_letters_and_cancelled(api):
     [job] = claim(api)
     final = api.post(
         f"/sdk/worker/jobs/{jid}/fail",
-        {"lease_token": job["lease_token"], "error": "boom", "retry": False},
+        {
+            "lease_token": job["lease_token"],
+            "error": "boom",
+            "exception_class": "billing.errors.CardDeclined",
+            "retry": False,
+        },
     )
     assert final.json() == {"status": "error"}
-    assert Job.objects.get(jid=jid).message == "boom"
+    stored = Job.objects.get(jid=jid)
+    assert stored.message == "CardDeclined: boom"  # as an in-process failure names it
+    first, last = stored.errors
+    assert (first["exception_class"], last["exception_class"]) == (
+        "",  # the first report named no class
+        "billing.errors.CardDeclined",
+    )
+    shown = api.get(f"/sdk/jobs/{jid}").json()["last_error"]
+    assert shown["exception_class"] == "billing.errors.CardDeclined"
     other = enqueue_job("gw", "gw.echo", None)["jid"]
     [job] = claim(api)
     stop = api.post(

@@ -188,6 +188,7 @@ export interface ClaimedJob {
 /** A failed attempt's report. */
 export interface FailOptions {
   error?: string;
+  /** The error's class name (e.g. `TypeError`), stored as the attempt's `exception_class`. */
   exceptionClass?: string;
   /** false: dead-letter at once (default true). */
   retry?: boolean;

@@ -101,7 +101,9 @@ const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
 
 function errorText(error: unknown): { message: string; name: string } {
   if (error instanceof Error) {
-    return { message: (error.message || error.name).slice(0, MAX_ERROR), name: error.name.slice(0, 200) };
+    // A subclass that does not set `name` still says "Error": its constructor names it.
+    const name = error.name && error.name !== "Error" ? error.name : error.constructor?.name || error.name;
+    return { message: (error.message || name).slice(0, MAX_ERROR), name: name.slice(0, 200) };
   }
   return { message: String(error).slice(0, MAX_ERROR), name: typeof error };
 }

@@ -109,6 +109,7 @@ describe("producer calls", () => {
     const dead = await client.getJob(jid);
     assert.equal(dead.state, "failed");
     assert.equal(dead.last_error.message, "Error: boom");
+    assert.equal(dead.last_error.exception_class, "Error");
     assert.deepEqual(await admin.retry(jid), { retried: true });
     assert.equal((await client.getJob(jid)).state, "waiting");
     await assert.rejects(client.retry(jid), (error) => error instanceof Forbidden && error.body.scope === "admin");

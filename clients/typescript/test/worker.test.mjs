@@ -80,6 +80,7 @@ test("the Worker runs every job to done, fails and cancels as told, then stops",
   }, 15_000, "ts.fail dead-lettered");
   assert.equal(dead.status, "error");
   assert.match(dead.last_error.message, /no such address/);
+  assert.equal(dead.last_error.exception_class, "PermanentFailure");
   } finally {
     worker.stop();
   }
