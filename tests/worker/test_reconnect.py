@@ -240,9 +240,7 @@ def test_claim_after_a_disconnect__claims_once_on_a_new_connection(
     assert len(tokens) == 1
     processing = Job.objects.filter(status=JobStatus.PROCESSING)
     assert sorted(processing.values_list("jid", flat=True)) == sorted(j.jid for j in claimed)
-    assert [j.pk for j in storage.claimed_under("default", tokens.pop())] == [
-        j.pk for j in claimed
-    ]
+    assert [j.pk for j in storage.claimed_under("default", tokens.pop())] == [j.pk for j in claimed]
     assert len(reconnects(caplog)) == 1
 
 
