@@ -8,7 +8,10 @@ beside the worker slots:
   leases and cancel requests on their contexts) and refreshes the foreman's
   :class:`~django_jobqueue.models.Worker` row
   (:func:`~django_jobqueue.workerstats.beat_worker`: busy slots, jobs done and failed
-  for good since start), idle or not, so the registry shows idle workers live;
+  for good since start), idle or not, so the registry shows idle workers live.
+  Each write that meets a dead connection reconnects and repeats once
+  (:mod:`django_jobqueue.reconnect`), a lease beat that still failed is tried again
+  after :data:`_BEAT_RETRY_S`, and no error ends the thread while the foreman runs;
 - **the housekeeping thread**: returns expired leases to the queue
   (:func:`storage.reap_expired`, every ``lease_ms / 2``), turns due schedules into
   jobs (about every second), flushes the outcome counters of its
