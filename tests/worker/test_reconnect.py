@@ -164,7 +164,7 @@ def test_killed_sessions_between_jobs_and_during_a_heartbeat__no_result_lost(
     foreman = Foreman(
         ForemanOptions(
             concurrency=2,
-            lease_ms=1500,
+            lease_ms=2400,
             min_sleep_ms=20,
             max_sleep_ms=100,
             ramp_time_ms=0,
@@ -186,9 +186,9 @@ def test_killed_sessions_between_jobs_and_during_a_heartbeat__no_result_lost(
         second = enqueue_job(None, "worker.record", {"label": "second"})["jid"]
         wait_for(lambda: done(second))
 
-        slow = enqueue_job(None, "worker.compute", {"s": 2.5})["jid"]
+        slow = enqueue_job(None, "worker.compute", {"s": 3})["jid"]
         wait_for(lambda: Job.objects.filter(jid=slow, status=JobStatus.PROCESSING).exists())
-        time.sleep(0.7)  # a beat or more landed; kill the heartbeat's session mid-run
+        time.sleep(1)  # a beat (every 0.8 s) landed; kill the heartbeat's session mid-run
         assert kill_other_sessions() > 0
         wait_for(lambda: done(slow))
     finally:
@@ -198,7 +198,7 @@ def test_killed_sessions_between_jobs_and_during_a_heartbeat__no_result_lost(
     assert RunRecord.objects.filter(jid=first).count() == 1
     assert RunRecord.objects.filter(jid=second).count() == 1
     job = Job.objects.get(jid=slow)
-    assert (job.status, job.result, job.attempt) == (JobStatus.DONE, {"s": 2.5}, 1)
+    assert (job.status, job.result, job.attempt) == (JobStatus.DONE, {"s": 3}, 1)
     assert worker_jobs.computed[slow] == 1
     assert Job.objects.get(jid=second).attempt == 1
     threads = reconnects(caplog)
