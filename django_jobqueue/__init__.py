@@ -51,7 +51,9 @@ leaves (``:``)                ``conf``: the JOBQUEUE settings; ``durations``: th
                               ``validation``: text, queue, payload and delay checks;
                               ``signals``: the signals workers send; ``compat``: the
                               tasks framework or its backport; ``dbclock``: the
-                              database clock ``Now``; ``backoff``: retry delays
+                              database clock ``Now``; ``backoff``: retry delays;
+                              ``reconnect``: telling a dead connection, repeating a
+                              worker write once on a new one
 ============================  ===========================================================
 
 Three more contracts: the worker imports no surface, and ``locks`` and ``models`` import

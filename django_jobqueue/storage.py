@@ -14,6 +14,12 @@ claims (``transaction_mode`` IMMEDIATE, else the guarded update makes a second
 claimer of the same row update nothing), and "database is locked" is retried.
 
 Leases are deadlines by the database clock (``Now() + LEASE_MS``).
+
+Every statement here that meets a dead connection (an idle timeout, a killed
+backend, a restart) outside the caller's transaction is repeated once on a new
+connection (:mod:`django_jobqueue.reconnect`): the lease-token guard makes a repeat
+of a write that did land update nothing, and a repeated claim first takes back
+the rows its lost first try leased (:func:`claimed_under`).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from . import locks, storage_sql, unique
+from . import locks, reconnect, storage_sql, unique
 from .backoff import backoff_ms
 from .conf import get_config
 from .dbclock import Now
@@ -43,6 +49,7 @@ from .wakeups import notify_on_commit
 
 __all__ = [
     "claim",
+    "claimed_under",
     "restart_fields",
     "complete",
     "complete_many",
@@ -100,9 +107,14 @@ def _database(job: Job) -> str:
     return using
 
 
-def _retry_sqlite(using: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+def _retrying(using: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run one worker write: "database is locked" and MySQL lock errors retried
+    (:func:`locks.retry_when_locked`), a dead connection reconnected and the write
+    repeated once (:func:`reconnect.retry_on_disconnect`; see there why a repeat
+    stores nothing twice)."""
     # partial: an update's field names (say ``timeout_ms``) never meet the helper's.
-    return locks.retry_when_locked(using, functools.partial(func, *args, **kwargs))
+    call = functools.partial(func, *args, **kwargs)
+    return reconnect.retry_on_disconnect(using, locks.retry_when_locked, using, call)
 
 
 def claim(
@@ -144,7 +156,7 @@ def claim(
 
     Implements: seed 004 JobStorage.GetAndLockAvailableJob; issue 13 item 2 (pauses).
     """
-    paused = paused_queues(using)
+    paused = reconnect.retry_on_disconnect(using, paused_queues, using)
     exclude_queues: list[str] = []
     if paused:
         if queues:
@@ -153,9 +165,32 @@ def claim(
                 return []  # every queue asked for is paused: nothing to claim
         else:
             exclude_queues = sorted(paused)
-    return _retry_sqlite(
-        using, _claim, using, owner, limit, queues, exclude_types, lease_ms, exclude_queues
-    )
+    token = uuid.uuid4().hex
+    args = (using, owner, limit, queues, exclude_types, lease_ms, exclude_queues, token)
+
+    def claim_once() -> list[Job]:
+        return locks.retry_when_locked(using, functools.partial(_claim, *args))
+
+    def claim_again() -> list[Job]:
+        # The first try met a dead connection: if its COMMIT landed, its rows are
+        # leased under this token (a read over the few processing rows, on this
+        # rare path only); else nothing is: claim afresh, with the same token.
+        return claimed_under(using, token) or claim_once()
+
+    return reconnect.retry_on_disconnect(using, claim_once, repeat=claim_again)
+
+
+def claimed_under(using: str, token: str) -> list[Job]:
+    """Return the jobs leased under claim ``token`` (``processing``), in claim order.
+
+    A claim repeated after a disconnect calls this first, so a claim whose first
+    try committed is not made twice. When the first try commits only after the
+    repeat has looked (the old session still ran on the server), its rows stay
+    leased to a claim nobody knows of, and are reaped once their lease expires
+    (:func:`reap_expired`), counting that attempt.
+    """
+    rows = Job.objects.using(using).filter(status=JobStatus.PROCESSING, lease_token=token)
+    return sorted(rows, key=lambda job: (job.priority, job.run_at, job.pk))
 
 
 def _claim(
@@ -164,11 +199,11 @@ def _claim(
     limit: int,
     queues: Sequence[str] | None,
     exclude_types: Collection[str],
-    lease_ms: int | None = None,
-    exclude_queues: Sequence[str] = (),
+    lease_ms: int | None,
+    exclude_queues: Sequence[str],
+    token: str,
 ) -> list[Job]:
     lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
-    token = uuid.uuid4().hex
     if storage_sql.supported(using):
         return storage_sql.claim_rows(
             using,
@@ -245,7 +280,7 @@ def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[
                 cancel.add(pk)
         return alive, cancel
 
-    return _retry_sqlite(using, beat)
+    return _retrying(using, beat)
 
 
 def complete(job: Job, result: Any = None) -> bool:
@@ -295,7 +330,7 @@ def complete_many(items: Sequence[tuple[Job, Any]]) -> list[bool]:
     stored: set[int] = set()
     if storage_sql.supported(using):
         rows = [(job, result, _id_hold_options(job)[0]) for job, result in items]
-        stored = _retry_sqlite(using, storage_sql.complete_rows, using, rows)
+        stored = _retrying(using, storage_sql.complete_rows, using, rows)
     return [job.pk in stored or complete(job, result) for job, result in items]
 
 
@@ -460,22 +495,22 @@ def _write_or_rerun(
     the lease was lost.
     """
     for _round in range(8):
-        if _retry_sqlite(_database(job), _guarded(job).filter(rerun=False).update, **fields):
+        if _retrying(_database(job), _guarded(job).filter(rerun=False).update, **fields):
             return True
-        if _retry_sqlite(
+        if _retrying(
             _database(job), _guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)
         ):
             logger.info("rerun requested, job waits again jid=%s type=%s", job.jid, job.job_type)
             notify_on_commit(_database(job), job.queue)
             return False
-        if not _guarded(job).exists():
+        if not _retrying(_database(job), _guarded(job).exists):
             break
     _log_lease_lost(job, what)
     return None
 
 
 def _write(job: Job, fields: dict[str, Any], what: str) -> bool:
-    updated = _retry_sqlite(_database(job), _guarded(job).update, **fields)
+    updated = _retrying(_database(job), _guarded(job).update, **fields)
     if not updated:
         _log_lease_lost(job, what)
     return bool(updated)
@@ -498,7 +533,10 @@ def reap_expired(using: str, *, limit: int = 100) -> int:
     expires: ``retry``, due now, if it has retries left, else ``max_retry`` with the
     message "lease expired". Delivery is at least once.
     """
-    expired = list(Job.objects.using(using).lease_expired().order_by("lease_expires_at")[:limit])
+    expired = reconnect.retry_on_disconnect(
+        using,
+        lambda: list(Job.objects.using(using).lease_expired().order_by("lease_expires_at")[:limit]),
+    )
     reaped = 0
     for job in expired:
         stale = Job.objects.using(using).filter(
@@ -519,7 +557,7 @@ def reap_expired(using: str, *, limit: int = 100) -> int:
             fields.update(status=JobStatus.RETRY, waiting=True, run_at=Now())
         else:
             fields.update(status=JobStatus.MAX_RETRY, finished_at=Now(), **dead_hold_until(job))
-        if _retry_sqlite(using, stale.update, **fields):
+        if _retrying(using, stale.update, **fields):
             reaped += 1
             logger.warning(
                 "lease expired, job taken back jid=%s type=%s owner=%s",

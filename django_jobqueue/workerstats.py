@@ -46,6 +46,7 @@ from .conf import get_config
 from .dbclock import Now
 from .exceptions import InvalidOption
 from .models import DURATION_BUCKETS_MS, JobStat, Worker
+from .reconnect import is_disconnect
 
 __all__ = [
     "BUCKET_FIELDS",
@@ -338,10 +339,15 @@ class StatsBuffer:
         for attempt in range(1, _FLUSH_ATTEMPTS + 1):
             try:
                 _upsert(using, ordered)
-            except OperationalError:
+            except OperationalError as exc:
                 # Deadlocks, lock waits and "database is locked" are OperationalError;
                 # inside the caller's transaction a retry cannot help.
-                if attempt == _FLUSH_ATTEMPTS or connections[using].in_atomic_block:
+                # A dead connection is not retried here (the caller reconnects).
+                if (
+                    attempt == _FLUSH_ATTEMPTS
+                    or connections[using].in_atomic_block
+                    or is_disconnect(exc, using)
+                ):
                     self._give_back(rows)
                     raise
                 logger.warning("stats flush retried attempt=%s rows=%s", attempt, len(rows))

@@ -44,7 +44,7 @@ from ..registry import get_job_description
 from ..signals import job_finished, job_started
 from ..validation import check_json
 from .completer import Completer
-from .connections import recycle_connections
+from .connections import check_before_handler, recycle_connections
 from .context import JobContext
 from .middleware import Handler, Middleware, apply_middleware
 
@@ -247,6 +247,7 @@ def execute(
     handler = apply_middleware(_sync_handler(desc.handler), middleware)
     error: BaseException | None = None
     result: Any = None
+    check_before_handler()  # its first query meets no connection that died idle
     try:
         result = handler(job.payload, ctx)
     except Exception as exc:  # noqa: BLE001 (stored as the attempt's failure)

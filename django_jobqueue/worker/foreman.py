@@ -52,6 +52,7 @@ from .. import storage
 from ..conf import get_config
 from ..models import Job
 from ..pauses import paused_queues
+from ..reconnect import retry_on_disconnect
 from ..registry import registered_job_types
 from . import executor, wakeup
 from .completer import Completer
@@ -270,6 +271,9 @@ class Foreman(ForemanThreads):
             self._wait(tick)
 
     def _anything_due(self) -> bool:
+        return retry_on_disconnect(self.using, self._due_exists)
+
+    def _due_exists(self) -> bool:
         due = Job.objects.using(self.using).due()
         if self.queues:
             due = due.filter(queue__in=self.queues)

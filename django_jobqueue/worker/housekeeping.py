@@ -8,7 +8,10 @@ beside the worker slots:
   leases and cancel requests on their contexts) and refreshes the foreman's
   :class:`~django_jobqueue.models.Worker` row
   (:func:`~django_jobqueue.workerstats.beat_worker`: busy slots, jobs done and failed
-  for good since start), idle or not, so the registry shows idle workers live;
+  for good since start), idle or not, so the registry shows idle workers live.
+  Each write that meets a dead connection reconnects and repeats once
+  (:mod:`django_jobqueue.reconnect`), a lease beat that still failed is tried again
+  after :data:`_BEAT_RETRY_S`, and no error ends the thread while the foreman runs;
 - **the housekeeping thread**: returns expired leases to the queue
   (:func:`storage.reap_expired`, every ``lease_ms / 2``), turns due schedules into
   jobs (about every second), flushes the outcome counters of its
@@ -31,6 +34,7 @@ from django.db import connections
 from .. import storage
 from ..conf import get_config
 from ..models import JobStatus
+from ..reconnect import retry_on_disconnect
 from ..workerstats import (
     StatsBuffer,
     beat_worker,
@@ -50,6 +54,8 @@ __all__ = ["PRUNE_EVERY_S", "STATS_FLUSH_S", "ForemanThreads", "package_version"
 logger = logging.getLogger(__name__)
 
 _SCHEDULE_EVERY_S = 1.0
+#: Pause (s) before a failed heartbeat is tried again (at most the beat interval).
+_BEAT_RETRY_S = 0.5
 #: How often (s) the housekeeping thread writes the buffered outcome counters.
 STATS_FLUSH_S = 2.0
 #: How often (s) the housekeeping thread prunes gone workers and old statistics.
@@ -153,7 +159,9 @@ class ForemanThreads:
     def _register(self, host: str, pid: int) -> None:
         """Write this foreman's Worker row; a failure is logged (the beats retry it)."""
         try:
-            register_worker(
+            retry_on_disconnect(
+                self.using,
+                register_worker,
                 self.using,
                 self.name,
                 kind="runworkers",
@@ -170,14 +178,22 @@ class ForemanThreads:
     def _beat_registry(self) -> None:
         done, failed = self._totals()
         try:
-            beat_worker(self.using, self.name, busy=self._busy, done=done, failed=failed)
+            retry_on_disconnect(
+                self.using,
+                beat_worker,
+                self.using,
+                self.name,
+                busy=self._busy,
+                done=done,
+                failed=failed,
+            )
         except Exception:
             logger.warning("worker heartbeat failed name=%s", self.name, exc_info=True)
             recycle_connections()
 
     def _flush_stats(self) -> None:
         try:
-            self.stats_buffer.flush(self.using)
+            retry_on_disconnect(self.using, self.stats_buffer.flush, self.using)
             create_stats.flush(self.using)  # the deduplicated enqueues of this process's jobs
         except Exception:  # the counts went back into the buffer
             logger.warning("flushing job statistics failed", exc_info=True)
@@ -185,8 +201,8 @@ class ForemanThreads:
 
     def _prune(self) -> None:
         try:
-            workers = prune_workers(self.using)
-            stats = prune_stats(self.using)
+            workers = retry_on_disconnect(self.using, prune_workers, self.using)
+            stats = retry_on_disconnect(self.using, prune_stats, self.using)
         except Exception:
             logger.warning("pruning workers and statistics failed", exc_info=True)
             recycle_connections()
@@ -200,29 +216,44 @@ class ForemanThreads:
         # live_workers() counts three missed beats of JOBQUEUE's HEARTBEAT_MS: a longer
         # --heartbeat must not make a running worker look gone.
         every_s = min(self.heartbeat_ms, get_config().HEARTBEAT_MS) / 1000
+        wait_s = every_s
         try:
-            while not self._done.wait(every_s):
-                if self.completer is not None:
-                    # Results and unique-key releases land before the next beat.
-                    try:
-                        self.completer.flush()
-                    except Exception:
-                        logger.warning("flushing completions failed", exc_info=True)
-                self._beat_leases(self._snapshot())
-                self._beat_registry()
-                recycle_connections()
+            while not self._done.wait(wait_s):
+                # A beat that failed (the database was unreachable even after one
+                # reconnect) is tried again soon, not a whole interval later; no
+                # error ends this loop while the foreman runs.
+                try:
+                    beaten = self._beat()
+                except Exception:
+                    logger.exception("heartbeat round failed")
+                    beaten = False
+                wait_s = every_s if beaten else min(every_s, _BEAT_RETRY_S)
         finally:
             connections.close_all()
 
-    def _beat_leases(self, running: list[_Running]) -> None:
+    def _beat(self) -> bool:
+        """One heartbeat round; return whether the leases were extended (or none run)."""
+        if self.completer is not None:
+            # Results and unique-key releases land before the next beat.
+            try:
+                self.completer.flush()
+            except Exception:
+                logger.warning("flushing completions failed", exc_info=True)
+        beaten = self._beat_leases(self._snapshot())
+        self._beat_registry()
+        recycle_connections()
+        return beaten
+
+    def _beat_leases(self, running: list[_Running]) -> bool:
+        """Extend the leases of ``running``; False if the write failed."""
         if not running:
-            return
+            return True
         try:
             alive, cancel = storage.heartbeat([r.job for r in running], lease_ms=self.lease_ms)
         except Exception:
             logger.warning("heartbeat failed", exc_info=True)
             recycle_connections()
-            return
+            return False
         for r in running:
             if r.job.pk in cancel:
                 r.ctx.mark_cancelled()
@@ -238,6 +269,7 @@ class ForemanThreads:
                     r.job.job_type,
                     r.job.attempt,
                 )
+        return True
 
     def _reap(self) -> int:
         try:
@@ -267,7 +299,7 @@ class ForemanThreads:
         except ImportError:
             return
         try:
-            made = materialize_due(self.using)
+            made = retry_on_disconnect(self.using, materialize_due, self.using)
         except Exception:
             logger.warning("materializing due schedules failed", exc_info=True)
             return
@@ -281,18 +313,21 @@ class ForemanThreads:
         try:
             while not self._done.is_set():
                 now = time.monotonic()
-                if not self._stopping.is_set():
-                    self._materialize_schedules()
-                    if now >= next_reap:
-                        self._reap()
-                        next_reap = time.monotonic() + reap_every
-                    if now >= next_prune:
-                        self._prune()
-                        next_prune = time.monotonic() + PRUNE_EVERY_S
-                if now >= next_flush:
-                    self._flush_stats()
-                    next_flush = time.monotonic() + STATS_FLUSH_S
-                recycle_connections()
+                try:
+                    if not self._stopping.is_set():
+                        self._materialize_schedules()
+                        if now >= next_reap:
+                            self._reap()
+                            next_reap = time.monotonic() + reap_every
+                        if now >= next_prune:
+                            self._prune()
+                            next_prune = time.monotonic() + PRUNE_EVERY_S
+                    if now >= next_flush:
+                        self._flush_stats()
+                        next_flush = time.monotonic() + STATS_FLUSH_S
+                    recycle_connections()
+                except Exception:  # each step logs its own; this keeps the loop alive
+                    logger.exception("housekeeping round failed")
                 self._done.wait(min(_SCHEDULE_EVERY_S, reap_every))
         finally:
             connections.close_all()

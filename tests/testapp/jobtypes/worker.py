@@ -89,3 +89,21 @@ def spawn_child(payload: Any, ctx: Any) -> str:
     """Enqueue a worker.record child through the context; return its jid."""
     record(ctx, "parent")
     return ctx.enqueue_job(None, "worker.record", {"label": "child"})["jid"]
+
+
+_computed_lock = threading.Lock()
+#: Runs of worker.compute in this process, by jid (the handler touches no database).
+computed: dict[str, int] = {}
+
+
+@job("worker.compute", max_retry=3)
+def compute(payload: Any, ctx: Any) -> dict[str, Any]:
+    """Stand in for ``payload["s"]`` seconds of computing that never touches the
+    database (it sleeps, so the shared test machine keeps its cores); count the run
+    in :data:`computed` and return ``{"s": s}``."""
+    with _computed_lock:
+        computed[ctx.jid] = computed.get(ctx.jid, 0) + 1
+    deadline = time.monotonic() + float(payload["s"])
+    while time.monotonic() < deadline and not ctx.lease_lost:
+        time.sleep(0.01)
+    return {"s": payload["s"]}
