@@ -1,9 +1,10 @@
 """The insert of jobs as raw SQL: one statement per job or per chunk, no ORM compilation.
 
 :class:`~django_jobqueue.managers.JobManager` writes every job through here. The
-statement goes through Django's own ``connections[using].cursor()``, so it joins
-the caller's transaction, shows in ``CaptureQueriesContext`` and passes Django's
-execute wrappers; what does not change between calls (the column list, the SQL of a
+statement goes through Django's own connection (on PostgreSQL a cursor that
+prepares it: :mod:`django_jobqueue.prepared`), so it joins the caller's
+transaction, shows in ``CaptureQueriesContext`` and passes Django's execute
+wrappers; what does not change between calls (the column list, the SQL of a
 row of each shape, the prepared defaults) is computed once per alias and vendor.
 
 The row is the one the ORM writes (``Model.save(force_insert=True)`` of
@@ -37,7 +38,7 @@ from django.apps import apps
 from django.db import connections, transaction
 from django.utils.duration import duration_microseconds
 
-from . import dbclock
+from . import dbclock, prepared
 from .conf import get_config
 from .validation import hold_hash
 from .wakeups import CHANNEL, local_event
@@ -262,7 +263,7 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
     conn = connections[using]
     notify = queues if _notifies(using) else []
     limit = rows_per_statement(using, rows[0]) if rows else MAX_ROWS
-    with conn.cursor() as cursor:
+    with prepared.cursor(conn) as cursor:
         start = 0
         while start < len(rows) or notify:
             statement = dbclock.statement_number()
@@ -360,7 +361,7 @@ def insert_unless_held(
     )
     if notify:
         params.extend([CHANNEL, spec.queue])
-    with conn.cursor() as cursor:
+    with prepared.cursor(conn) as cursor:
         cursor.execute(sql, params)
         result = cursor.fetchall()
     locked = bool(result[0][0])
