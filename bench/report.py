@@ -161,10 +161,10 @@ How it was measured (`make bench`, bench/run.py; every script is in bench/):
 - Drain (bench/drain.py): `runworkers --burst` over jobs enqueued before it, the
   median of the rounds: steady is from the first job's start to the last one's end
   (the rows' timestamps); start to exit includes Python's and Django's start-up and
-  the exit. Its statements come from one
-  more in-process drain at 1 x 4 (every `cursor.execute` of every thread). Server
-  transactions are PostgreSQL's `pg_stat_database` commits plus rollbacks of the
-  scratch database; MariaDB's server counters are server-wide, SQLite has none.
+  the exit. Its statements come from one more in-process drain at 1 x 4 (every
+  `cursor.execute` of every thread). Server transactions are PostgreSQL's
+  `pg_stat_database` commits plus rollbacks of the scratch database; MariaDB's
+  server counters are server-wide, SQLite has none.
 - Pickup (bench/pickup.py): an idle `runworkers --concurrency 4`; a job's pickup is its
   handler's start minus the time before its enqueue in another process. PostgreSQL
   wakes the worker by LISTEN/NOTIFY; MariaDB and SQLite have no wake-up across
