@@ -1,6 +1,6 @@
-# The two README commands are `make test` and `make demo`; see scripts/.
+# The README commands are `make test`, `make demo` and `make bench`; see scripts/.
 
-.PHONY: bootstrap test demo lint
+.PHONY: bootstrap test demo lint bench
 
 bootstrap:
 	scripts/bootstrap
@@ -23,3 +23,12 @@ lint:
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 	.venv/bin/lint-imports --no-cache
+
+# Ours on PostgreSQL, MariaDB and SQLite (bench/run.py's docstring): a table, JSON in
+# .artifacts/bench/ and the README's "Benchmarks (last run)". About 10 minutes;
+# BENCH_QUICK=1 for a 2-minute smoke run, BENCH_BIG=0 without the 1,000,000-job table.
+# Not part of `make test`. exec: a Ctrl-C reaches the Python process directly.
+bench:
+	scripts/bootstrap postgres mysql bench example gateway metrics
+	scripts/start-databases postgres mariadb
+	exec .venv/bin/python bench/run.py

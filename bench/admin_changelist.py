@@ -44,8 +44,13 @@ def ensure_database(url: str) -> None:
             print(f"created database {name}")
 
 
-def fill(rows: int) -> None:
-    """Replace the job table's rows by ``rows`` generated jobs, then ANALYZE."""
+def fill(rows: int, overrides: dict[str, str] | None = None) -> None:
+    """Replace the job table's rows by ``rows`` generated jobs, then ANALYZE.
+
+    ``overrides``: field name -> SQL expression of ``g`` (1..rows; ``%%`` for ``%``)
+    replacing the mix below, e.g. ``{"status": "'init'"}``; ``"NULL"`` leaves a column
+    NULL. bench/bigdrain.py seeds a million waiting no-op jobs this way.
+    """
     from django.db import connection
     from django.db.models import NOT_PROVIDED
 
@@ -74,6 +79,7 @@ def fill(rows: int) -> None:
         "unique_key_hash": "CASE WHEN g %% 50 = 0 THEN md5('k' || g) || md5('k' || g) END",
         "unique_mode": "CASE WHEN g %% 50 = 0 THEN 'while_locked' ELSE '' END",
         "unique_expires_at": "CASE WHEN g %% 50 = 0 THEN now() + interval '1 hour' END",
+        **(overrides or {}),
     }
     columns, values, params = [], [], []
     for field in Job._meta.concrete_fields:

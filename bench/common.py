@@ -14,11 +14,16 @@ ROOT = Path(os.environ.get("JQ_BENCH_ROOT") or Path(__file__).resolve().parent.p
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(ROOT), str(BENCH.parent)]
 
+#: Appended to every scratch database's name (``JQ_BENCH_DB_SUFFIX``), so two benchmark
+#: runs against one server do not empty each other's tables.
+SUFFIX = os.environ.get("JQ_BENCH_DB_SUFFIX", "")
+NAME = f"jq_bench{SUFFIX and '_' + SUFFIX}"
+
 #: Scratch databases, one per vendor; created (and migrated) on first use.
 URLS = {
-    "postgres": "postgres://postgres@127.0.0.1:5432/jq_bench",
-    "mariadb": "mysql://root@127.0.0.1:3306/jq_bench",
-    "sqlite": "sqlite:////tmp/jq_bench.sqlite3",
+    "postgres": f"postgres://postgres@127.0.0.1:5432/{NAME}",
+    "mariadb": f"mysql://root@127.0.0.1:3306/{NAME}",
+    "sqlite": f"sqlite:////tmp/{NAME}.sqlite3",
 }
 
 
@@ -44,14 +49,14 @@ def create_database(db: str) -> None:
                 "-d",
                 "postgres",
                 "-qc",
-                "CREATE DATABASE jq_bench",
+                f"CREATE DATABASE {NAME}",
             ],  # noqa: S607
             capture_output=True,
             check=False,
         )
     elif db == "mariadb":
         subprocess.run(  # noqa: S603
-            ["mysql", "-h127.0.0.1", "-uroot", "-e", "CREATE DATABASE IF NOT EXISTS jq_bench"],  # noqa: S607
+            ["mysql", "-h127.0.0.1", "-uroot", "-e", f"CREATE DATABASE IF NOT EXISTS {NAME}"],  # noqa: S607
             check=True,
         )
 

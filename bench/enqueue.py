@@ -15,8 +15,9 @@ Cases, each on an emptied table after a short warm-up:
 - ``unique``: ``enqueue_job(unique_key=...)``, a fresh key each;
 - ``bulk``: ``enqueue_many`` of 5,000 jobs in one call (skipped by a tree without it).
 
-It prints one line per case (jobs/s, statements per job as Django's cursor saw
-them) and, with ``--json``, writes them to a file.
+It prints one line per case (jobs/s, statements per job: every ``cursor.execute``
+Django sent in the timed run, over its jobs) and, with ``--json``, writes them to a
+file. ``JQ_BENCH_DB_SUFFIX`` is appended to the scratch databases' names.
 """
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+#: ``JQ_BENCH_DB_SUFFIX`` as in bench/common.py: two runs on one server stay apart.
+_NAME = "jq_bench_enqueue" + (
+    f"_{os.environ['JQ_BENCH_DB_SUFFIX']}" if os.environ.get("JQ_BENCH_DB_SUFFIX") else ""
+)
 URLS = {
-    "postgres": "postgres://postgres@127.0.0.1:5432/jq_bench_enqueue",
-    "mariadb": "mysql://root@127.0.0.1:3306/jq_bench_enqueue",
-    "sqlite": "sqlite:////tmp/jq_bench_enqueue.sqlite3",
+    "postgres": f"postgres://postgres@127.0.0.1:5432/{_NAME}",
+    "mariadb": f"mysql://root@127.0.0.1:3306/{_NAME}",
+    "sqlite": f"sqlite:////tmp/{_NAME}.sqlite3",
 }
 JOB_TYPE = "nodup.noop"
 
@@ -79,18 +84,29 @@ def _empty() -> None:
 
 
 def _timed(func: Any, count: int) -> tuple[float, float]:
-    """Return (jobs/s, statements per job) of ``func(i)`` for i in range(count)."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
+    """Return (jobs/s, statements per job) of ``func(start, stop, tag)`` over ``count`` jobs.
 
-    with CaptureQueriesContext(connection) as queries:
-        func(0, 1, "warm")
-    per_job = len(queries.captured_queries)
+    Statements are every ``cursor.execute`` Django sent during the timed run
+    (``connection.execute_wrapper``: a counter, no capture), divided by ``count``;
+    BEGIN/COMMIT that the driver sends by itself (``transaction.atomic``) are not
+    among them. One warm-up job runs first, on its own.
+    """
+    from django.db import connection
+
+    func(0, 1, "warm")
     _empty()
-    start = time.perf_counter()
-    func(0, count, "run")
-    elapsed = time.perf_counter() - start
-    return count / elapsed, per_job
+    statements = 0
+
+    def counting(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal statements
+        statements += 1
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(counting):
+        start = time.perf_counter()
+        func(0, count, "run")
+        elapsed = time.perf_counter() - start
+    return count / elapsed, statements / count
 
 
 def cases(count: int) -> dict[str, Any]:
@@ -166,8 +182,12 @@ def main() -> None:
         for name, (func, count) in cases(args.count).items():
             _empty()
             rate, statements = _timed(func, count)
-            figures[name] = {"jobs_per_s": round(rate), "statements_per_job": statements}
-            print(f"{db:<9} {name:<7} {rate:>9,.0f} jobs/s   {statements} statements/job (warm-up)")
+            figures[name] = {
+                "jobs_per_s": round(rate),
+                "statements_per_job": round(statements, 3),
+                "jobs": count,
+            }
+            print(f"{db:<9} {name:<7} {rate:>9,.0f} jobs/s   {statements:.3g} statements/job")
         _empty()
         results = {db: figures}
         print("JSON " + json.dumps(figures))
