@@ -28,6 +28,8 @@ __all__ = ["cursor"]
 
 try:
     from psycopg import Cursor as _ServerCursor
+    from psycopg.postgres import types as _pg_types
+    from psycopg.pq import Format as _Format
 except ImportError:  # psycopg2, or no PostgreSQL driver at all
     _ServerCursor = None  # type: ignore[assignment,misc]
 
@@ -87,7 +89,20 @@ def cursor(conn: Any) -> Any:
         # client-binding cursors never prepare).
         raw.prepare_threshold = _NO_THRESHOLD
     with conn.wrap_database_errors:
-        return conn._prepare_cursor(_PreparingCursor(raw))
+        server_cursor = _PreparingCursor(raw)
+        _load_times_as_django(conn, server_cursor)
+        return conn._prepare_cursor(server_cursor)
+
+
+def _load_times_as_django(conn: Any, server_cursor: Any) -> None:
+    # As Django's create_cursor: timestamps read in the connection's time zone.
+    from django.db.backends.postgresql.psycopg_any import (
+        register_tzloader,
+    )  # deferred: psycopg 3 only
+
+    loader = conn.connection.adapters.get_loader(_pg_types["timestamptz"].oid, _Format.TEXT)
+    if conn.timezone != loader.timezone:
+        register_tzloader(conn.timezone, server_cursor)
 
 
 #: A prepare_threshold no statement's run count reaches.

@@ -34,7 +34,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import unique
+from . import prepared, unique
 from .models import Job, JobStatus
 
 __all__ = ["claim_rows", "complete_rows", "supported"]
@@ -182,7 +182,7 @@ def claim_rows(
         *filter_params,
         limit,
     ]
-    with connections[using].cursor() as cursor:
+    with prepared.cursor(connections[using]) as cursor:  # the same text each claim
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return _order(_jobs(using, rows))
