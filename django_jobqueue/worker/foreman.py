@@ -147,6 +147,9 @@ class Foreman(ForemanThreads):
         self._threads: list[threading.Thread] = []
         self._slot_seq = 0
         self._idle_exit = threading.Event()
+        #: Held while a reap or a materialising pass writes due work, so a burst's
+        #: last look for due jobs waits for the housekeeping thread's pass to commit.
+        self._making_due = threading.RLock()
         #: Jobs this foreman ran to a stored outcome, by status (for summaries and tests).
         self.stats: dict[str, int] = {}
         self._stats_lock = threading.Lock()
@@ -260,10 +263,11 @@ class Foreman(ForemanThreads):
             if self.burst and self._idle_exit.is_set() and self.governor.workers == 0:
                 # Every worker went idle: done unless something became due meanwhile
                 # (an expired lease, or a plan whose earlier pass failed and is due).
-                self._reap()
-                self._materialize_schedules()
-                if not self._anything_due():
-                    return
+                with self._making_due:  # no reap or pass of the housekeeping in flight
+                    self._reap()
+                    self._materialize_schedules()
+                    if not self._anything_due():
+                        return
                 self._idle_exit.clear()
                 self.governor.found_job()
             while not self._stopping.is_set() and self.governor.spawn():

@@ -98,6 +98,7 @@ class ForemanThreads:
     _cond: threading.Condition
     _wake_gen: int
     _stopping: threading.Event
+    _making_due: threading.RLock
     _done: threading.Event
     _running: dict[int, _Running]
     _running_lock: threading.Lock
@@ -273,7 +274,8 @@ class ForemanThreads:
 
     def _reap(self) -> int:
         try:
-            reaped = storage.reap_expired(self.using)
+            with self._making_due:
+                reaped = storage.reap_expired(self.using)
         except Exception:
             logger.warning("reaping expired leases failed", exc_info=True)
             return 0
@@ -299,7 +301,8 @@ class ForemanThreads:
         except ImportError:
             return
         try:
-            made = retry_on_disconnect(self.using, materialize_due, self.using)
+            with self._making_due:
+                made = retry_on_disconnect(self.using, materialize_due, self.using)
         except Exception:
             logger.warning("materializing due schedules failed", exc_info=True)
             return
