@@ -4,7 +4,8 @@
 ``worker.sleep`` jobs of SECONDS each and prints their jids as one JSON list;
 ``enqueue-record COUNT`` does the same with ``worker.record`` jobs (result
 ``{"label": "<i>"}``); ``report`` prints one JSON object: ``statuses`` (jobs by
-status), ``runs`` (RunRecord rows by jid), ``results_missing`` (done jobs without
+status), ``runs`` (RunRecord rows by jid), ``doubles`` (by jid of a job that ran
+more than once: ``[attempt, worker, started]`` of each run), ``results_missing`` (done jobs without
 their result) and ``pickup_s`` (by jid: first run start minus enqueue time, s). All
 act on the database ``DATABASE_URL`` names (tests/settings.py), which the fault
 fixtures point at a database of their own on a fault server.
@@ -61,8 +62,19 @@ def main(argv: list[str]) -> int:
             for jid, created in Job.objects.values_list("jid", "created_at")
             if jid in first
         }
+        doubles = {
+            jid: [
+                [attempt, worker, at.isoformat()]
+                for attempt, worker, at in RunRecord.objects.filter(jid=jid).values_list(
+                    "attempt", "worker", "created_at"
+                )
+            ]
+            for jid, n in runs.items()
+            if n > 1
+        }
         report = {
             "statuses": dict(statuses),
+            "doubles": doubles,
             "runs": dict(runs),
             "results_missing": missing,
             "pickup_s": pickup,
