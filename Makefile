@@ -1,6 +1,6 @@
 # The README commands are `make test`, `make demo` and `make bench`; see scripts/.
 
-.PHONY: bootstrap test demo lint bench
+.PHONY: bootstrap test demo lint bench soak
 
 bootstrap:
 	scripts/bootstrap
@@ -13,6 +13,15 @@ test:
 # kill at once while the script still stops the site and the workers.
 demo:
 	exec env BURST="$(BURST)" scripts/demo
+
+# Not part of make test: about 10 minutes (SOAK_SECONDS=120 make soak: shorter) of
+# mixed enqueue and drain with SIGKILLed workers, killed sessions and a server restart,
+# on the fault PostgreSQL (5433), which it restarts; see bench/soak.py. Exits non-zero
+# when a job was lost.
+soak:
+	scripts/bootstrap postgres test
+	scripts/start-fault-servers postgres
+	exec .venv/bin/python bench/soak.py
 
 # ruff, mypy (django-stubs) and import-linter's layer contracts (pyproject.toml). mypy
 # reads the gateway's, prometheus-client's, psycopg's and httpx's types (wheels); no mysqlclient, so lint needs

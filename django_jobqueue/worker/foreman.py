@@ -18,8 +18,9 @@ One foreman runs in the thread that calls :meth:`Foreman.run` and owns:
   into jobs (``django_jobqueue.schedules.materialize_due``, about every second,
   when that module exists), writes the outcome counters every few seconds and
   prunes gone workers and old statistics;
-- **a listener thread** (PostgreSQL) that ``LISTEN``\\s for wake-ups, and a relay of
-  the in-process :data:`~django_jobqueue.worker.wakeup.local_event`.
+- **a listener thread** (PostgreSQL) that ``LISTEN``\\s for wake-ups (while its
+  session is down, idle slots poll at ``min_sleep_ms``), and a relay of the
+  in-process :data:`~django_jobqueue.worker.wakeup.local_event`.
 
 The helper threads, the wake-ups and the outcome counting are in :mod:`.housekeeping`.
 Paused queues (:mod:`django_jobqueue.pauses`) are left out by :func:`storage.claim`.
@@ -150,6 +151,9 @@ class Foreman(ForemanThreads):
         #: Held while a reap or a materialising pass writes due work, so a burst's
         #: last look for due jobs waits for the housekeeping thread's pass to commit.
         self._making_due = threading.RLock()
+        #: Down while the listener has no LISTEN session: idle slots then poll at
+        #: min_sleep_ms, since a wake-up sent meanwhile is lost (issue 11 item 2).
+        self.listener = wakeup.ListenerHealth()
         #: Jobs this foreman ran to a stored outcome, by status (for summaries and tests).
         self.stats: dict[str, int] = {}
         self._stats_lock = threading.Lock()
@@ -229,7 +233,7 @@ class Foreman(ForemanThreads):
             threading.Thread(target=self._relay_local_wakeups, name="jq-relay", daemon=True),
             threading.Thread(
                 target=wakeup.listen,
-                args=(self.using, self.wake, self._done),
+                args=(self.using, self.wake, self._done, self.listener),
                 name="jq-listen",
                 daemon=True,
             ),
@@ -348,6 +352,8 @@ class Foreman(ForemanThreads):
                 if self.governor.retire():
                     counted = False
                     break
+                if not self.listener.healthy:  # wake-ups may be lost: poll
+                    sleep_ms = self.min_sleep_ms
                 self._wait(sleep_ms / 1000, gen)
         finally:
             # Wait for the runner to close its connections before the slot ends, so

@@ -15,8 +15,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,29 @@ class FaultDatabase:
             **extra,
         }
 
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement in this database on a fresh session; return its rows."""
+        return self.server.execute(sql, params, database=self.name)
+
+    def count(self, sql: str, params: tuple[Any, ...] = ()) -> int | None:
+        """Return the single number ``sql`` selects, or None while the server is down."""
+        try:
+            return int(self.query(sql, params)[0][0])
+        except Exception:  # noqa: BLE001 (restarting: the caller asks again)
+            return None
+
+    def start_workers(self, *args: str, log: Path) -> subprocess.Popen[str]:
+        """Start ``python -m django runworkers *args`` here, its output into ``log``."""
+        with log.open("w") as out:
+            return subprocess.Popen(  # noqa: S603 (our own interpreter and command)
+                [sys.executable, "-m", "django", "runworkers", *args],
+                cwd=ROOT,
+                env=self.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+
     def helper(self, *args: str) -> Any:
         """Run ``python -m tests.faults.helpers *args`` here; return its JSON output."""
         proc = subprocess.run(  # noqa: S603
@@ -156,6 +180,17 @@ class FaultDatabase:
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def wait_until(
+    check: Callable[[], bool], what: str, timeout_s: float, proc: subprocess.Popen[str]
+) -> None:
+    """Wait for ``check()``; fail if ``proc`` exits first or after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert proc.poll() is None, f"the workers exited while waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
 
 
 def _server(vendor: str, port_variable: str, default_port: int) -> FaultServer:
