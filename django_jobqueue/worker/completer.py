@@ -19,12 +19,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.db import connections
+from django.utils import timezone
 
 from .. import storage
 from ..models import Job
+from ..reconnect import close_dead, is_disconnect
 from .connections import recycle_connections
 
 __all__ = ["Completer"]
@@ -126,7 +129,7 @@ class Completer:
             return
         with self._write_lock:
             try:
-                flags = storage.complete_many([(job, result) for job, result, _cb in batch])
+                flags = self._write_through_outage(batch)
             except Exception:
                 logger.warning("batched completion failed; storing one by one", exc_info=True)
                 recycle_connections()
@@ -138,6 +141,40 @@ class Completer:
                 callback(stored)
             except Exception:
                 logger.exception("completion callback failed jid=%s", job.jid)
+
+    def _write_through_outage(self, batch: list[tuple[Job, Any, Callback]]) -> list[bool]:
+        """:func:`storage.complete_many`, tried again while the database is unreachable.
+
+        ``complete_many`` already reconnects once. A server restart or a failover
+        lasts longer than that: then the write is tried again, 0.1 s, 0.2 s ... 1 s
+        apart, until the batch's earliest lease is about to expire (its jobs stay
+        heartbeated meanwhile). Giving up at once would leave every job of the batch
+        to be reaped and run a second time after an outage shorter than the lease.
+        """
+        items = [(job, result) for job, result, _cb in batch]
+        using = batch[0][0]._state.db or "default"
+        expiries = [job.lease_expires_at for job, _r, _cb in batch if job.lease_expires_at]
+        give_up = min(expiries) - timedelta(seconds=1) if expiries else None
+        pause = 0.1
+        while True:
+            try:
+                return storage.complete_many(items)
+            except Exception as exc:
+                # A dead session, or none at all: the reconnect itself failed.
+                unreachable = is_disconnect(exc, using) or connections[using].connection is None
+                if (
+                    not unreachable
+                    or give_up is None
+                    or timezone.now() + timedelta(seconds=pause) >= give_up
+                    or self._closed
+                ):
+                    raise
+                logger.warning(
+                    "database unreachable; storing %d results again in %.1f s", len(items), pause
+                )
+                close_dead(using)
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     @staticmethod
     def _one(job: Job, result: Any) -> bool:
