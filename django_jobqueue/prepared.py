@@ -28,8 +28,10 @@ __all__ = ["cursor"]
 
 try:
     from psycopg import Cursor as _ServerCursor
+    from psycopg import errors as _pg_errors
     from psycopg.postgres import types as _pg_types
     from psycopg.pq import Format as _Format
+    from psycopg.pq import TransactionStatus as _TxStatus
 except ImportError:  # psycopg2, or no PostgreSQL driver at all
     _ServerCursor = None  # type: ignore[assignment,misc]
 
@@ -42,9 +44,28 @@ if _ServerCursor is not None:
         def execute(
             self, query: Any, params: Any = None, *, prepare: bool | None = None, **kw: Any
         ) -> Any:
-            return super().execute(
-                query, params, prepare=True if prepare is None else prepare, **kw
-            )
+            prepare = True if prepare is None else prepare
+            outside = self.connection.info.transaction_status == _TxStatus.IDLE
+            try:
+                return super().execute(query, params, prepare=prepare, **kw)
+            except (_pg_errors.InvalidSqlStatementName, _pg_errors.FeatureNotSupported) as exc:
+                if not _stale_plan(exc):
+                    raise
+                # The server lost the statement (DISCARD ALL or DEALLOCATE psycopg did
+                # not see: a pooler, another server session) or replanned it to
+                # another row type (a migration on another session). Forget every
+                # statement; outside a transaction nothing ran, so run it once more.
+                # Inside one the caller's rollback (which psycopg sees) is the reset.
+                if not outside:
+                    raise
+                self.connection.execute("DEALLOCATE ALL")
+                return super().execute(query, params, prepare=prepare, **kw)
+
+    def _stale_plan(exc: Exception) -> bool:
+        """Whether ``exc`` says a prepared statement is gone or returns another row type."""
+        if isinstance(exc, _pg_errors.InvalidSqlStatementName):
+            return True
+        return "cached plan must not change result type" in str(exc)
 
 
 def prepares(conn: Any) -> bool:
