@@ -7,18 +7,26 @@ deploy's migration that changes a returned column's type on another session, or 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_jobqueue import enqueue_job, enqueue_many, storage
+from django_jobqueue import enqueue_job, enqueue_many, prepared, storage
 from django_jobqueue.ids import Queue
 from django_jobqueue.models import Job
 from tests.no_duplicate_helpers import JOB_TYPE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vendor("postgresql")]
+
+
+@pytest.fixture(autouse=True)
+def _forget_pooled() -> Iterator[None]:
+    yield
+    prepared._pooled.clear()
+    connection.close()
 
 
 def _other_session() -> Any:
@@ -78,7 +86,9 @@ def test_claim_and_enqueue__survive_discard_all_on_the_session() -> None:
     assert len(storage.claim("default", owner="w", queues=["adv"], limit=5)) == 3
 
 
-def test_claim_and_enqueue__survive_discard_all_from_outside_the_driver() -> None:
+def test_claim_and_enqueue__survive_discard_all_from_outside_the_driver(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # A pooler's server_reset_query, or a raw libpq call: psycopg never sees it.
     connection.close()
     enqueue_job("adv", JOB_TYPE, {"n": 1})
@@ -86,6 +96,8 @@ def test_claim_and_enqueue__survive_discard_all_from_outside_the_driver() -> Non
     connection.connection.pgconn.exec_(b"DEALLOCATE ALL")
     enqueue_job("adv", JOB_TYPE, {"n": 2})
     assert len(storage.claim("default", owner="w", queues=["adv"], limit=5)) == 1
+    assert not prepared.prepares(connection)  # taken for a pooler: prepares no more
+    assert "prepare_threshold None" in caplog.text
 
 
 def test_enqueue_in_rolled_back_atomic__then_again() -> None:
@@ -129,3 +141,48 @@ def test_more_statement_shapes_than_psycopgs_prepared_max() -> None:
     assert Job.objects.filter(queue__startswith="adv").count() >= total
     for n in range(1, 130):
         assert storage.claim("default", owner="w", queues=[f"adv{n}"], limit=1)
+
+
+@pytest.mark.pgbouncer
+def test_through_pgbouncer_without_prepare_threshold__enqueue_and_claim_from_threads() -> None:
+    """What a project that forgot ``prepare_threshold: None`` behind PgBouncer gets."""
+    from django.db import connections
+
+    from tests.conftest import through_pgbouncer
+
+    if not through_pgbouncer():
+        pytest.skip("needs the pgbouncer leg")
+    options = connection.settings_dict["OPTIONS"]
+    saved = options.pop("prepare_threshold", "absent")
+    errors: list[BaseException] = []
+    claimed: list[int] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(20):
+                enqueue_job("advpb", JOB_TYPE, {"n": n, "i": i})
+                Queue("advpb", job_type=JOB_TYPE).add({"n": n}, id=f"{n}-{i}")
+                claimed.extend(
+                    j.pk for j in storage.claim("default", owner="w", queues=["advpb"], limit=2)
+                )
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    import threading
+
+    try:
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        if saved != "absent":
+            options["prepare_threshold"] = saved
+        connection.close()
+    assert not errors, [repr(e) for e in errors[:5]]
+    assert not prepared.prepares(connection)
+    assert len(claimed) == len(set(claimed))
+    assert Job.objects.filter(queue="advpb").count() == 240
