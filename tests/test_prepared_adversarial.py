@@ -186,3 +186,41 @@ def test_through_pgbouncer_without_prepare_threshold__enqueue_and_claim_from_thr
     assert not prepared.prepares(connection)
     assert len(claimed) == len(set(claimed))
     assert Job.objects.filter(queue="advpb").count() == 240
+
+
+@pytest.mark.parametrize(
+    "use_tz, zone", [(True, "America/New_York"), (False, "Asia/Kathmandu"), (False, "UTC")]
+)
+def test_claimed_times__match_the_orm_under_any_time_zone_setting(use_tz, zone) -> None:
+    from django.test import override_settings
+
+    connection.close()
+    with override_settings(USE_TZ=use_tz, TIME_ZONE=zone):
+        connection.close()
+        enqueue_job("adv", JOB_TYPE, {"n": 1})
+        (job,) = storage.claim("default", owner="w", queues=["adv"], limit=1)
+        stored = Job.objects.get(pk=job.pk)
+        for name in ("started_at", "lease_expires_at", "run_at", "created_at", "heartbeat_at"):
+            got, want = getattr(job, name), getattr(stored, name)
+            assert (got, got.tzinfo is None) == (want, want.tzinfo is None), name
+        connection.close()
+
+
+def test_prepared_statements__pass_execute_wrappers_and_show_in_captured_queries() -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    connection.close()
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):  # noqa: ANN001, ANN202 - Django's shape
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper), CaptureQueriesContext(connection) as queries:
+        enqueue_job("adv", JOB_TYPE, {"n": 1})
+        Queue("adv", job_type=JOB_TYPE).add({"n": 2}, id="w")
+        assert len(storage.claim("default", owner="w", queues=["adv"], limit=5)) == 2
+    captured = [q["sql"] for q in queries.captured_queries]
+    for text in ("WITH j AS (INSERT", "pg_try_advisory_xact_lock", "SKIP LOCKED"):
+        assert any(text in sql for sql in seen), text
+        assert any(text in sql for sql in captured), text
