@@ -16,35 +16,95 @@ the README's PgBouncer notes already ask for; when that key is in ``OPTIONS``, i
 value decides (None: never prepare; a number: psycopg's own threshold). Elsewhere,
 and on MySQL, MariaDB and SQLite, :func:`cursor` is Django's ``connection.cursor()``.
 
+A prepared statement that fails because the server no longer has it as psycopg
+thinks (a ``DISCARD ALL`` or ``DEALLOCATE`` psycopg did not see, or a migration on
+another session that changed a returned column's type) runs once more, outside a
+transaction; a statement lost, or its name taken, between transactions means a
+pooler: the alias then prepares nothing more (one warning).
+
 Either way the cursor is wrapped as Django wraps its own: it shows in
 ``CaptureQueriesContext``, passes the execute wrappers and translates errors.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["cursor"]
 
 try:
     from psycopg import Cursor as _ServerCursor
+    from psycopg import errors as _pg_errors
     from psycopg.postgres import types as _pg_types
     from psycopg.pq import Format as _Format
+    from psycopg.pq import TransactionStatus as _TxStatus
 except ImportError:  # psycopg2, or no PostgreSQL driver at all
     _ServerCursor = None  # type: ignore[assignment,misc]
 
+
+#: Aliases found behind a transaction pooler: a statement this session prepared was
+#: gone, or its name taken, on the server session of the next transaction.
+_pooled: set[str] = set()
 
 if _ServerCursor is not None:
 
     class _PreparingCursor(_ServerCursor):
         """A server-binding cursor that prepares every statement it runs."""
 
+        #: The Django alias of the connection (set by :func:`cursor`).
+        alias = "default"
+
         def execute(
             self, query: Any, params: Any = None, *, prepare: bool | None = None, **kw: Any
         ) -> Any:
-            return super().execute(
-                query, params, prepare=True if prepare is None else prepare, **kw
-            )
+            prepare = True if prepare is None else prepare
+            outside = self.connection.info.transaction_status == _TxStatus.IDLE
+            try:
+                return super().execute(query, params, prepare=prepare, **kw)
+            except (
+                _pg_errors.InvalidSqlStatementName,
+                _pg_errors.DuplicatePreparedStatement,
+                _pg_errors.FeatureNotSupported,
+            ) as exc:
+                if isinstance(exc, _pg_errors.FeatureNotSupported):
+                    if RESULT_TYPE_CHANGED not in str(exc):
+                        raise
+                    # A migration on another session changed a returned column's
+                    # type: forget every statement, and they prepare anew.
+                    retry_prepared = True
+                else:
+                    # The server session lost the statement, or has another under
+                    # its name: a pooler hands this session's transactions to
+                    # different server sessions. The alias prepares no more.
+                    retry_prepared = False
+                    _found_pooled(self.alias, exc)
+                # Outside a transaction the statement did not run: once more. Inside
+                # one the caller's rollback (which psycopg sees) is the reset.
+                if not outside:
+                    raise
+                if retry_prepared:
+                    self.connection.execute("DEALLOCATE ALL")
+                return super().execute(query, params, prepare=retry_prepared, **kw)
+
+
+#: PostgreSQL's message when a prepared statement's row type changed under it.
+RESULT_TYPE_CHANGED = "cached plan must not change result type"
+
+
+def _found_pooled(alias: str, exc: Exception) -> None:
+    if alias in _pooled:
+        return
+    _pooled.add(alias)
+    logger.warning(
+        "database %r: a prepared statement was lost between transactions (%s); "
+        "behind a transaction pooler set OPTIONS prepare_threshold None "
+        "(README, Database notes); prepared statements are off for this alias now",
+        alias,
+        exc,
+    )
 
 
 def prepares(conn: Any) -> bool:
@@ -54,6 +114,8 @@ def prepares(conn: Any) -> bool:
     options = conn.settings_dict.get("OPTIONS") or {}
     if options.get("server_side_binding") or "prepare_threshold" in options:
         return False  # the project's own choice: psycopg's threshold decides
+    if conn.alias in _pooled:
+        return False
     return type(conn.connection).__module__.startswith("psycopg")
 
 
@@ -90,6 +152,7 @@ def cursor(conn: Any) -> Any:
         raw.prepare_threshold = _NO_THRESHOLD
     with conn.wrap_database_errors:
         server_cursor = _PreparingCursor(raw)
+        server_cursor.alias = conn.alias
         _load_times_as_django(conn, server_cursor)
         return conn._prepare_cursor(server_cursor)
 

@@ -355,12 +355,12 @@ def _error_entry(
         "attempt": job.attempt,
         "at": timezone.now().isoformat(),
         "message": "<secure>" if job.secure else message,
-        "exception_class": exception_class[:200],
+        "exception_class": _storable(exception_class[:200]),
         "traceback": "",
     }
     if exc is not None:
-        cls = type(exc)
-        entry["exception_class"] = f"{cls.__module__}.{cls.__qualname__}"
+        cls = type(exc)  # a class made at run time may carry any text in its name
+        entry["exception_class"] = _storable(f"{cls.__module__}.{cls.__qualname__}")
         if not job.secure:
             entry["traceback"] = _storable("".join(tb.format_exception(exc)))
     return entry

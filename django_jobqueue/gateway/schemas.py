@@ -350,7 +350,7 @@ class FailIn(_LeaseIn):
     """A failed attempt: ``retry`` false dead-letters it at once; ``cancelled`` true
     stores that the handler stopped on a cancel request."""
 
-    error: Annotated[StrictStr, Field(max_length=10_000)] = "failed"
+    error: Annotated[StrictStr, Field(max_length=10_000), Storable] = "failed"
     exception_class: Annotated[
         StrictStr,
         Field(
@@ -358,6 +358,7 @@ class FailIn(_LeaseIn):
             description="The error's class, e.g. builtins.ValueError or TypeError: stored "
             "as the attempt's exception_class; the message starts with its last part.",
         ),
+        Storable,
     ] = ""
     retry: StrictBool = True
     cancelled: StrictBool = False
