@@ -48,6 +48,8 @@ class JobContext:
         self._lease_ms = lease_ms
         self._cancelled = threading.Event()
         self._lease_lost = threading.Event()
+        #: Set with the lease flag when the job ran past its timeout (stored as such).
+        self.timed_out = False
 
     def __repr__(self) -> str:
         return f"<JobContext {self.job_type} jid={self.jid} attempt={self.attempt}>"
@@ -71,8 +73,9 @@ class JobContext:
         """Flag a cancel request (called by the heartbeat)."""
         self._cancelled.set()
 
-    def mark_lease_lost(self) -> None:
-        """Flag a lost lease (called by the heartbeat)."""
+    def mark_lease_lost(self, *, timed_out: bool = False) -> None:
+        """Flag a lost lease (called by the heartbeat), or a timeout already stored."""
+        self.timed_out = self.timed_out or timed_out
         self._lease_lost.set()
 
     def heartbeat(self) -> bool:

@@ -256,7 +256,9 @@ def execute(
         recycle_connections()
     if ctx.lease_lost:
         # Timed out, handed back or reaped meanwhile: the outcome is not ours to store.
-        logger.warning(
+        # A timeout was stored and logged (time_out); its late return is no news.
+        logger.log(
+            logging.DEBUG if ctx.timed_out else logging.WARNING,
             "job outcome dropped, lease lost jid=%s type=%s attempt=%s",
             job.jid,
             job.job_type,
@@ -311,10 +313,11 @@ def time_out(job: Job, ctx: JobContext, *, started: float) -> str | None:
     returns later is not stored. Returns the stored status or None if the lease
     was lost.
     """
-    ctx.mark_lease_lost()
+    ctx.mark_lease_lost(timed_out=True)
     exc = TimeoutError(
-        f"job {job.jid} ran past its timeout of {job.timeout_ms} ms; raise timeout_ms "
-        "or make the handler faster"
+        f"job {job.jid} ran past its timeout of {job.timeout_ms} ms; raise the job "
+        "type's timeout (@job(timeout=...)) or the enqueue's timeout_ms, or make the "
+        "handler faster"
     )
     status = storage.fail(job, exc, message=f"TimeoutError: {exc}")
     logger.error(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import timedelta
@@ -106,7 +107,8 @@ def test_expired_job__is_never_run():
     assert list(RunRecord.objects.values_list("jid", flat=True)) == [fresh["jid"]]
 
 
-def test_timeout__counts_as_a_failed_attempt_and_the_slot_is_not_lost():
+def test_timeout__counts_as_a_failed_attempt_and_the_slot_is_not_lost(caplog):
+    caplog.set_level(logging.DEBUG, logger="django_jobqueue.worker.executor")
     slow = job_of(
         enqueue_job(None, "worker.sleep", {"s": 30}, timeout_ms=300, max_retry=0, priority=1)
     )
@@ -120,6 +122,13 @@ def test_timeout__counts_as_a_failed_attempt_and_the_slot_is_not_lost():
     assert "300 ms" in slow.message
     done = Job.objects.filter(jid__in=[r["jid"] for r in others], status=JobStatus.DONE)
     assert done.count() == 3
+    # The handler sees the lost lease and returns; its dropped outcome is no warning,
+    # since the timeout was stored and logged as an error already.
+    deadline = time.monotonic() + 5
+    while "job outcome dropped" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    dropped = [r for r in caplog.records if "job outcome dropped" in r.getMessage()]
+    assert [r.levelno for r in dropped] == [logging.DEBUG]
 
 
 def test_timeout__is_retried_when_retries_are_left(no_backoff):
