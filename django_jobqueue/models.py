@@ -331,6 +331,8 @@ class Worker(models.Model):
     #: Jobs done and failed since it started.
     done = models.PositiveBigIntegerField(_("jobs done"), default=0)
     failed = models.PositiveBigIntegerField(_("jobs failed"), default=0)
+    #: When it stopped cleanly (its last beat); a stopped worker is gone at once.
+    stopped_at = models.DateTimeField(_("stopped at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("worker")

@@ -41,6 +41,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, OperationalError, connections, transaction
+from django.db.models import Q
 
 from .conf import get_config
 from .dbclock import Now
@@ -63,6 +64,7 @@ __all__ = [
     "prune_stats",
     "prune_workers",
     "register_worker",
+    "stop_worker",
 ]
 
 logger = logging.getLogger(__name__)
@@ -138,6 +140,7 @@ def register_worker(
         "busy": 0,
         "done": 0,
         "failed": 0,
+        "stopped_at": None,
     }
     workers = Worker.objects.using(using)
     with transaction.atomic(using=using):
@@ -185,21 +188,33 @@ def beat_worker(using: str, name: str, *, busy: int, done: int, failed: int) -> 
     return False
 
 
+def stop_worker(using: str, name: str, *, done: int, failed: int) -> bool:
+    """Mark worker ``name`` stopped now, with its final counters (a clean stop).
+
+    A stopped worker is gone at once, not three heartbeats later. Returns False if
+    its row had been pruned (nothing is written then).
+    """
+    values = {"last_seen_at": Now(), "stopped_at": Now(), "busy": 0, "done": done}
+    return bool(Worker.objects.using(using).filter(name=name).update(failed=failed, **values))
+
+
 def live_workers(using: str) -> list[Worker]:
-    """Return the workers seen within three heartbeats (database clock), by name.
+    """Return the workers seen within three heartbeats (database clock) and not stopped.
 
     Implements: issue 13 item 1 ("gone after three missed heartbeats").
     """
     since = Now() - _heartbeat_window()
-    return list(Worker.objects.using(using).filter(last_seen_at__gte=since).order_by("name"))
+    live = Worker.objects.using(using).filter(last_seen_at__gte=since, stopped_at__isnull=True)
+    return list(live.order_by("name"))
 
 
 def gone_workers(using: str, *, limit: int = 100) -> list[Worker]:
-    """Return up to ``limit`` workers unseen for three heartbeats, last seen first."""
+    """Return up to ``limit`` workers stopped or unseen for three heartbeats, last seen first."""
     since = Now() - _heartbeat_window()
-    return list(
-        Worker.objects.using(using).filter(last_seen_at__lt=since).order_by("-last_seen_at")[:limit]
+    gone = Worker.objects.using(using).filter(
+        Q(last_seen_at__lt=since) | Q(stopped_at__isnull=False)
     )
+    return list(gone.order_by("-last_seen_at")[:limit])
 
 
 def prune_workers(using: str, *, older_than: timedelta = timedelta(days=1)) -> int:

@@ -149,3 +149,25 @@ def test_flush__two_threads_flushing_the_same_minute_sum_correctly():
         (t, 2 * rounds, 2 * rounds) for t in ("a", "b", "c")
     ]
     assert connection.vendor in ("postgresql", "mysql")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_clean_stop__is_gone_at_once_with_its_final_counts():
+    """A foreman that stops cleanly is gone at once, not three heartbeats later, and its
+    row keeps what it did (a burst may end before its first heartbeat)."""
+    from django_jobqueue import enqueue_job
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    for n in range(5):
+        enqueue_job(None, "worker.record", {"label": str(n)})
+    foreman = Foreman(ForemanOptions(burst=True, min_sleep_ms=5, max_sleep_ms=50, ramp_time_ms=0))
+    foreman.run(install_signals=False)
+
+    assert workerstats.live_workers("default") == []
+    (gone,) = workerstats.gone_workers("default")
+    assert gone.name == foreman.name
+    assert gone.stopped_at is not None
+    assert (gone.done, gone.failed, gone.busy) == (5, 0, 0)
+    again = workerstats.register_worker("default", foreman.name)
+    assert again.stopped_at is None
+    assert [w.name for w in workerstats.live_workers("default")] == [foreman.name]

@@ -42,6 +42,7 @@ from ..workerstats import (
     prune_stats,
     prune_workers,
     register_worker,
+    stop_worker,
 )
 from . import wakeup
 from .completer import Completer
@@ -336,6 +337,12 @@ class ForemanThreads:
             connections.close_all()
 
     def _finish_threads(self) -> None:
-        """At shutdown, after the helper threads stopped: the last counts and beat."""
+        """At shutdown, after the helper threads stopped: the last counts, then stopped."""
         self._flush_stats()
-        self._beat_registry()
+        done, failed = self._totals()
+        try:
+            retry_on_disconnect(
+                self.using, stop_worker, self.using, self.name, done=done, failed=failed
+            )
+        except Exception:
+            logger.warning("marking the worker stopped failed name=%s", self.name, exc_info=True)
