@@ -23,7 +23,13 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+try:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+except ImportError as exc:  # the URL is included but the extra is not installed
+    raise ImportError(
+        'django_jobqueue.metrics needs prometheus-client: pip install "django-jobqueue[metrics]"'
+    ) from exc
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,

@@ -113,6 +113,15 @@ class JobFilter(forms.Form):
     )
     after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
+    #: Other names of a state: ``failed`` is what the ids API (``Queue.list``) says.
+    STATE_ALIASES = {"failed": "dead"}
+
+    def __init__(self, data: Any = None, *args: Any, **kwargs: Any) -> None:
+        if data is not None and data.get("state") in self.STATE_ALIASES:
+            data = data.copy()
+            data["state"] = self.STATE_ALIASES[data["state"]]
+        super().__init__(data, *args, **kwargs)
+
 
 def filtered_jobs(using: str, data: dict[str, Any]) -> QuerySet[Job]:
     """Return the jobs that a valid :class:`JobFilter`'s ``cleaned_data`` selects."""
