@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -180,6 +181,16 @@ class FaultDatabase:
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def stop_workers(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM ``proc`` (runworkers), and SIGKILL it if it has not exited in 30 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def wait_until(

@@ -6,14 +6,13 @@ listener to kill there.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import FaultDatabase, wait_until
+from tests.faults.conftest import FaultDatabase, stop_workers, wait_until
 
 pytestmark = pytest.mark.faults
 
@@ -74,12 +73,7 @@ def test_kill_the_listener__jobs_enqueued_a_second_later_start_within_a_second(
         after = run_batch(fault_db, proc, BATCH)
         wait_until(lambda: listeners(fault_db) not in ([], [pid]), "a new LISTEN", 30, proc)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_workers(proc)
 
     pickup = fault_db.helper("report")["pickup_s"]
     slowest_before = max(pickup[jid] for jid in before)

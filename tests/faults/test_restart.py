@@ -21,15 +21,13 @@ caught is still unrun, and heartbeats resume before the 10 s lease runs out.
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import FaultDatabase, wait_until
+from tests.faults.conftest import FaultDatabase, stop_workers, wait_until
 
 pytestmark = pytest.mark.faults
 
@@ -71,12 +69,7 @@ def test_restart_mid_drain__none_lost_none_left_processing_no_result_lost(
         assert outage_s * 1000 < LEASE_MS, f"the restart took {outage_s:.1f} s"
         wait_until(lambda: fault_db.count(DONE_SQL) == COUNT, "every job done", 150, proc)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_workers(proc)
 
     report = fault_db.helper("report")
     runs = report["runs"]
