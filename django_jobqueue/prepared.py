@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["cursor"]
 
 try:
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
     from psycopg import Cursor as _ServerCursor
     from psycopg import errors as _pg_errors
     from psycopg.postgres import types as _pg_types
@@ -114,9 +115,8 @@ def prepares(conn: Any) -> bool:
     options = conn.settings_dict.get("OPTIONS") or {}
     if options.get("server_side_binding") or "prepare_threshold" in options:
         return False  # the project's own choice: psycopg's threshold decides
-    if conn.alias in _pooled:
-        return False
-    return type(conn.connection).__module__.startswith("psycopg")
+    # psycopg 3 is importable, so Django's PostgreSQL backend runs on it.
+    return conn.alias not in _pooled
 
 
 def cursor(conn: Any) -> Any:
@@ -140,10 +140,10 @@ def cursor(conn: Any) -> Any:
     django.db.Error
         As ``conn.cursor()`` does, if the connection cannot be opened.
     """
-    conn.close_if_health_check_failed()
-    conn.ensure_connection()
     if not prepares(conn):
         return conn.cursor()
+    conn.close_if_health_check_failed()  # as conn.cursor() does
+    conn.ensure_connection()
     raw = conn.connection
     if raw.prepare_threshold is None:
         # Django's default: psycopg then refuses even prepare=True. A threshold no
@@ -159,10 +159,6 @@ def cursor(conn: Any) -> Any:
 
 def _load_times_as_django(conn: Any, server_cursor: Any) -> None:
     # As Django's create_cursor: timestamps read in the connection's time zone.
-    from django.db.backends.postgresql.psycopg_any import (
-        register_tzloader,
-    )  # deferred: psycopg 3 only
-
     loader = conn.connection.adapters.get_loader(_pg_types["timestamptz"].oid, _Format.TEXT)
     if conn.timezone != loader.timezone:
         register_tzloader(conn.timezone, server_cursor)
