@@ -125,24 +125,24 @@ def versions(databases: list[str]) -> dict[str, str]:
     return found
 
 
+def _git(*args: str) -> str:
+    """Return what ``git *args`` prints in the checkout ("" if git fails)."""
+    out = subprocess.run(
+        ["git", *args],  # noqa: S607
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.stdout.strip()
+
+
 def machine(databases: list[str]) -> dict[str, Any]:
     """Return the CPU count, Python, Django, commit, load average and database versions."""
     import django
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],  # noqa: S607
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],  # noqa: S607
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
