@@ -104,7 +104,9 @@ test("a lost lease drops the outcome: the complete answers 409 and the new holde
   try {
   await until(async () => (await client.getJob(jid)).state === "running", 15_000, "ts.lease running");
   // The claim route reaps expired leases as a claim starts: claim again and again.
-  const [again] = await until(() => client.claim({ queues: ["ts-lease"], jobTypes: ["ts.lease"], waitMs: 200 }).then((jobs) => jobs.length && jobs), 15_000, "the job claimed again");
+  // A long lease of its own: the worker, still polling, must not reap this claim in
+  // turn before the test reports (under load its report can take seconds).
+  const [again] = await until(() => client.claim({ queues: ["ts-lease"], jobTypes: ["ts.lease"], waitMs: 200, leaseMs: 60_000 }).then((jobs) => jobs.length && jobs), 15_000, "the job claimed again");
   assert.equal(again.jid, jid);
   assert.equal(again.attempt, 2);
   await until(() => worker.stats.leaseLost === 1, 15_000, "the worker's report refused");
