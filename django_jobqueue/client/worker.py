@@ -80,6 +80,9 @@ class JobContext:
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: Set once the handler returned and its outcome is being sent: heartbeats stop,
+    #: and a 409 to one already in flight is the report's own doing, not a lost lease.
+    _reporting: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def cancelled(self) -> bool:
@@ -287,7 +290,7 @@ class Worker:
             with self._slot:
                 running = list(self._running.values())
             for ctx in running:
-                if ctx.lease_lost:
+                if ctx.lease_lost or ctx._reporting.is_set():
                     continue
                 try:
                     if self.client.heartbeat(ctx.jid, ctx.lease_token, lease_ms=self.lease_ms):
@@ -295,6 +298,9 @@ class Worker:
                             logger.info("worker %s: job %s asked to stop", self.name, ctx.jid)
                         ctx._cancel.set()
                 except LeaseLost:
+                    if ctx._reporting.is_set():
+                        # The outcome was stored while this heartbeat was on its way.
+                        continue
                     logger.warning("worker %s: lease of job %s lost", self.name, ctx.jid)
                     ctx._lost.set()
                 except GatewayError as exc:
@@ -356,6 +362,7 @@ class Worker:
         )
 
     def _report(self, ctx: JobContext, kind: str, send: Callable[[], str]) -> None:
+        ctx._reporting.set()
         if ctx.lease_lost:
             self._count("lost")
             return

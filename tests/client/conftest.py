@@ -12,8 +12,11 @@ from django_jobqueue.client import Client
 
 from .live import live_gateway
 
-#: The server's JOBQUEUE in these tests: short leases, so heartbeats come quickly.
-SERVER_JOBQUEUE = {"LEASE_MS": 3_000, "HEARTBEAT_MS": 500, "GATEWAY": {"CLAIM_POLL_MS": 100}}
+#: The server's JOBQUEUE in these tests: heartbeats every 0.5 s, so a cancel request
+#: arrives quickly, but a 30 s lease: under a loaded machine's stalls (CI runs every
+#: database's leg at once on two cores) a 3 s lease expired between claim and report,
+#: and the reaped job ran twice. Tests of expiry take their own short lease_ms.
+SERVER_JOBQUEUE = {"LEASE_MS": 30_000, "HEARTBEAT_MS": 500, "GATEWAY": {"CLAIM_POLL_MS": 100}}
 
 
 @pytest.fixture(scope="module")

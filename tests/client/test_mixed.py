@@ -36,8 +36,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: Jobs for the gateway workers, and for runworkers.
 GATEWAY_JOBS = RUNWORKERS_JOBS = 500
 EXT_QUEUE, EXT_TYPE = "mix-ext", "mix.ext"
+#: A 30 s lease: the test counts each job run once, and a short lease can expire in a
+#: loaded machine's stall; the lost-lease step takes its own 1 s lease.
 SERVER_JOBQUEUE = {
-    "LEASE_MS": 3_000,
+    "LEASE_MS": 30_000,
     "HEARTBEAT_MS": 500,
     "GATEWAY": {
         "CLAIM_POLL_MS": 100,

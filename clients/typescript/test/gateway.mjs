@@ -55,10 +55,13 @@ export async function startGateway() {
   Object.assign(env, {
     DJANGO_SETTINGS_MODULE: "tests.settings",
     JOBQUEUE_TEST_SQLITE: join(dir, "gateway.sqlite3"),
-    // Short leases, so a lost lease is reaped within seconds (the claim route reaps
-    // every LEASE_MS / 2); heartbeats every HEARTBEAT_MS.
+    // A 10 s lease: long enough that a loaded machine's stall does not expire it
+    // between claim and report (the tests count each job run once), short enough
+    // that a lost lease is reaped within seconds (the claim route reaps every
+    // LEASE_MS / 2; the lost-lease test takes a 1 s lease of its own); heartbeats
+    // every HEARTBEAT_MS.
     JOBQUEUE_TEST_JOBQUEUE: JSON.stringify({
-      LEASE_MS: 3000,
+      LEASE_MS: 10000,
       HEARTBEAT_MS: 500,
       GATEWAY: { JOB_TYPES, CLAIM_POLL_MS: 50 },
     }),
