@@ -64,3 +64,6 @@ class _Slot:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.current: _Running | None = None
+        #: The foreman's wake-up generation when the runner's last claim began: a
+        #: wake-up after it is not slept through.
+        self.gen = 0

@@ -131,6 +131,26 @@ def test_timeout__counts_as_a_failed_attempt_and_the_slot_is_not_lost(caplog):
     assert [r.levelno for r in dropped] == [logging.DEBUG]
 
 
+def test_timeout__the_abandoned_runner_claims_nothing_once_its_handler_returns():
+    # A runner runs job after job without going back to its slot; the slot abandons
+    # it at a timeout. Its handler returns soon after (it sees the lost lease): that
+    # thread must then stop, not claim the next jobs beside the slot's new runner.
+    slow = enqueue_job(None, "worker.sleep", {"s": 30}, timeout_ms=300, max_retry=0, priority=1)
+    others = [enqueue_job(None, "worker.record", {"label": str(i)}) for i in range(40)]
+    threads: dict[str, int] = {}
+
+    def started(sender: Any, job: Job, **kwargs: Any) -> None:
+        threads[job.jid] = threading.get_ident()
+
+    job_started.connect(started)
+    try:
+        assert drain(concurrency=1) == {"max_retry": 1, "done": 40}
+    finally:
+        job_started.disconnect(started)
+    stuck = threads[slow["jid"]]
+    assert [r["jid"] for r in others if threads[r["jid"]] == stuck] == []
+
+
 def test_timeout__is_retried_when_retries_are_left(no_backoff):
     job = job_of(
         enqueue_job(None, "worker.sleep", {"s": 30, "once": True}, timeout_ms=300, max_retry=1)
