@@ -24,28 +24,35 @@ layer                         modules and their purpose
 ============================  ===========================================================
 app config                    ``apps``: the AppConfig; ``ready()`` wires checks, signals,
                               the SQLite clock and the tasks job-type resolver
-surfaces (``|``)              ``admin/``: the Django admin of jobs and schedules;
+surfaces (``|``)              ``admin/``: the Django admin of jobs, schedules, tokens;
                               ``management/``: ``runworkers`` and ``jobqueue`` commands;
                               ``tasks/``: the django.tasks backend and its result mapping;
                               ``checks``: system checks of settings, database, deployment;
                               ``gateway/``: the HTTP SDK gateway (routes, auth, errors);
-                              later ``console/`` and ``metrics``
+                              ``console/``: the operators' console pages and actions;
+                              ``metrics``: the Prometheus endpoint
 worker                        ``worker/``: supervisor, foreman, executor, governor,
-                              heartbeats, job context, and listening for wake-ups
+                              completer, heartbeats, job context, listening for wake-ups
 producer verbs (``:``)        ``handle``: ``@job`` and ``JobHandle``'s verbs;
                               ``ids/``: ``Queue``, the verbs of job ids, pages, cursors;
                               ``schedules/``: cron and DST arithmetic, plans, declared
                               plans, materialising due plans;
-                              ``maintenance``: operators' status, prune, retry, cancel
+                              ``maintenance``: operators' status, prune, retry, cancel;
+                              ``overview``: the queues at a glance for console and metrics
 create and transition (``:``) ``enqueue``: validate and build a job, then the manager
-                              creates it; ``storage``: claim, heartbeat, complete, fail
+                              creates it; ``bulk``: many jobs under sorted locks at once;
+                              ``storage``: claim, heartbeat, complete, fail, reap;
+                              ``storage_sql``: the raw batched claim and ``done``
 store (``:``)                 ``models``: Job and ScheduleJob; ``managers``: creation
                               under advisory locks, the guarded plan advance;
-                              ``unique``: seed 000's unique-key rules; ``locks``: advisory
-                              and SQLite locks; ``registry``: job descriptions and
-                              lookup; ``licence/``: the token, its checks, the CLI;
-                              ``wakeups``: sending a queue's wake-up after commit;
-                              ``apitokens``: the gateway's hashed API tokens
+                              ``rawinsert``: the insert as raw SQL; ``unique``: seed
+                              000's unique-key rules; ``locks``: advisory and SQLite
+                              locks; ``registry``: job descriptions and lookup;
+                              ``licence/``: the token, its checks, the CLI; ``wakeups``:
+                              sending a queue's wake-up after commit; ``apitokens``: the
+                              gateway's hashed API tokens; ``workerstats``: the worker
+                              registry and per-minute statistics; ``pauses``: queue
+                              pause and resume
 leaves (``:``)                ``conf``: the JOBQUEUE settings; ``durations``: the one
                               duration parser; ``exceptions``: the typed errors;
                               ``validation``: text, queue, payload and delay checks;
@@ -53,8 +60,12 @@ leaves (``:``)                ``conf``: the JOBQUEUE settings; ``durations``: th
                               tasks framework or its backport; ``dbclock``: the
                               database clock ``Now``; ``backoff``: retry delays;
                               ``reconnect``: telling a dead connection, repeating a
-                              worker write once on a new one
+                              worker write once on a new one; ``prepared``: PostgreSQL
+                              prepared statements of the hot paths
 ============================  ===========================================================
+
+The HTTP client (``client/``) is in no layer: nothing of the app imports it, and it
+imports nothing of Django, ninja or pydantic, nor the gateway's code.
 
 Three more contracts: the worker imports no surface, and ``locks`` and ``models`` import
 no producer (``handle``, ``ids``, ``schedules``, ``enqueue``, ``storage``); ``ids`` and
