@@ -150,7 +150,12 @@ def register_worker(
                     workers.create(name=name, **values)
             except DatabaseError:  # another process registered the same name first
                 workers.filter(name=name).update(**values)
-    logger.info("worker registered name=%s kind=%s queues=%s", name, kind, values["queues"])
+    logger.info(
+        "worker registered name=%s kind=%s queues=%s",
+        name,
+        kind,
+        ",".join(values["queues"]) or "*",  # as the foreman's start line: * is every queue
+    )
     return workers.get(name=name)
 
 

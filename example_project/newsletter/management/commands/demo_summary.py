@@ -106,9 +106,15 @@ class Command(BaseCommand):
             "retried: jobs that failed at least once; dead: jobs that failed for good"
             + ("; other: not finished yet, or cancelled." if "other" in header else ".")
         )
-        self.stdout.write(
-            "The counts cover every job in the demo database, earlier runs included; "
+        from django.db import connection
+
+        afresh = (
             "delete example_project/var/ to start afresh."
+            if connection.vendor == "sqlite"
+            else "point DATABASE_URL at an empty database to start afresh."
+        )
+        self.stdout.write(
+            "The counts cover every job in the demo database, earlier runs included; " + afresh
         )
         done = sum(counts[t][JobStatus.DONE] for t in counts)
         dead = sum(counts[t][s] for t in counts for s in DEAD_STATUSES)
