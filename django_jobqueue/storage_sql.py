@@ -27,7 +27,8 @@ form of ``timezone.now()``), computed here once per statement.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -188,6 +189,40 @@ def claim_rows(
     return _order(_jobs(using, rows))
 
 
+@contextmanager
+def _mysql_transaction(using: str) -> Iterator[None]:
+    """A transaction on MySQL/MariaDB with one round trip fewer than ``atomic()``.
+
+    Django's ``atomic()`` there switches the session's autocommit off and on again
+    (``SET autocommit``, a round trip each) around the statements and the COMMIT:
+    three round trips besides the statements, on the worker's claim and its batched
+    ``done`` (a py-spy profile of a drain had 11% of its samples in them). Here it
+    is two: ``START TRANSACTION`` and ``COMMIT``, which hold the same locks under
+    the session's isolation level and leave autocommit as it was. Any error rolls
+    the transaction back before it propagates (InnoDB rolls back only the statement
+    on a lock wait timeout). Inside a caller's ``atomic`` (or with autocommit off)
+    this is ``atomic()`` itself, a savepoint there.
+    """
+    conn = connections[using]
+    if conn.in_atomic_block or not conn.get_autocommit():
+        with transaction.atomic(using=using):
+            yield
+        return
+    with conn.cursor() as cursor:  # through Django's cursor: seen as queries, errors wrapped
+        cursor.execute("START TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute("ROLLBACK")
+        except Exception:  # noqa: BLE001 (a dead session: the server rolled it back)
+            conn.close()
+        raise
+    with conn.cursor() as cursor:
+        cursor.execute("COMMIT")
+
+
 def _claim_mysql(
     using: str,
     owner: str,
@@ -203,7 +238,7 @@ def _claim_mysql(
         f"WHERE waiting = %s AND run_at <= CURRENT_TIMESTAMP(6){filters} "
         "ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
     )
-    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+    with _mysql_transaction(using), connections[using].cursor() as cursor:
         cursor.execute(select, [True, *filter_params, limit])
         rows = cursor.fetchall()
         if not rows:
@@ -315,7 +350,7 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
         guard_params += [job.pk, job.lease_token]
     update = f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({_in(pks)}) AND {guard}"
     if vendor == "mysql":
-        with transaction.atomic(using=using), conn.cursor() as cursor:
+        with _mysql_transaction(using), conn.cursor() as cursor:
             cursor.execute(
                 f"SELECT id FROM {table} WHERE id IN ({_in(pks)}) AND {guard} FOR UPDATE",
                 [*pks, *guard_params],

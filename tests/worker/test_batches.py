@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Statements of one claim(limit=n) and of one completion flush, per vendor:
 #: PostgreSQL and SQLite write and read back in one UPDATE ... RETURNING; MariaDB
-#: selects under FOR UPDATE, then updates, in one transaction (its BEGIN and COMMIT
+#: selects under FOR UPDATE, then updates, in one transaction (its START TRANSACTION and COMMIT
 #: are captured statements there).
 STATEMENTS = {"postgresql": 1, "sqlite": 1, "mysql": 4}
 
