@@ -45,13 +45,15 @@ def test_register_worker__rejects_bad_names():
 
 
 @pytest.mark.django_db
-@override_settings(JOBQUEUE={"HEARTBEAT_MS": 1_000, "LEASE_MS": 3_000})
+# Three heartbeats are 30 s: a stall of the test between registering "live:1" and
+# asking must not make it gone (it was 3 s).
+@override_settings(JOBQUEUE={"HEARTBEAT_MS": 10_000, "LEASE_MS": 30_000})
 def test_live_workers__gone_after_three_heartbeats_and_pruned_later():
     workerstats.register_worker("default", "live:1")
     workerstats.register_worker("default", "late:2")
     workerstats.register_worker("default", "old:3")
     Worker.objects.filter(name="late:2").update(
-        last_seen_at=F("last_seen_at") - timedelta(seconds=4)
+        last_seen_at=F("last_seen_at") - timedelta(seconds=31)
     )
     Worker.objects.filter(name="old:3").update(last_seen_at=F("last_seen_at") - timedelta(days=2))
     assert [w.name for w in workerstats.live_workers("default")] == ["live:1"]

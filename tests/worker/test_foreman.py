@@ -124,7 +124,7 @@ def test_timeout__counts_as_a_failed_attempt_and_the_slot_is_not_lost(caplog):
     assert done.count() == 3
     # The handler sees the lost lease and returns; its dropped outcome is no warning,
     # since the timeout was stored and logged as an error already.
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while "job outcome dropped" not in caplog.text and time.monotonic() < deadline:
         time.sleep(0.05)
     dropped = [r for r in caplog.records if "job outcome dropped" in r.getMessage()]
@@ -316,7 +316,7 @@ def test_foreman__leaves_no_database_session_open():
     # Worker threads, runners, the heartbeat and the LISTEN connection are all closed
     # by the time run() returns. A backend leaves pg_stat_activity a moment after its
     # client closed it, so wait for that (a session still open stays and fails).
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while others() != before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert others() == before

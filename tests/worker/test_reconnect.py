@@ -135,17 +135,19 @@ def kill_session(session: int) -> None:
 def test_long_job_under_an_idle_timeout__result_stored_ran_once_lease_kept(
     idle_timeout: None, caplog: pytest.LogCaptureFixture, batched: bool
 ) -> None:
-    # The lease (3.9 s) is shorter than the job (4.5 s), and each beat (1.3 s apart)
+    # The lease (7.8 s) is shorter than the job (8.5 s), and each beat (1.3 s apart)
     # finds its connection closed by the 1 s idle timeout: only beats that reconnect
-    # keep the job from being reaped and run again.
+    # keep the job from being reaped and run again. Six beats to a lease, not three:
+    # a loaded machine that stalls the heartbeat thread (and its reconnects) for a
+    # couple of seconds must not lose the lease.
     caplog.set_level(logging.WARNING, logger="django_jobqueue.reconnect")
     quick = enqueue_job(None, "worker.record", {"label": "first"}, priority=1)["jid"]
-    slow = enqueue_job(None, "worker.compute", {"s": 4.5}, priority=2)["jid"]
-    stats = drain(concurrency=1, lease_ms=3900, heartbeat_ms=1300, batch_completions=batched)
+    slow = enqueue_job(None, "worker.compute", {"s": 8.5}, priority=2)["jid"]
+    stats = drain(concurrency=1, lease_ms=7800, heartbeat_ms=1300, batch_completions=batched)
     assert stats == {"done": 2}
     job = Job.objects.get(jid=slow)
     assert job.status == JobStatus.DONE
-    assert job.result == {"s": 4.5}
+    assert job.result == {"s": 8.5}
     assert job.attempt == 1
     assert worker_jobs.computed[slow] == 1
     assert RunRecord.objects.filter(jid=quick).count() == 1
@@ -161,10 +163,14 @@ def test_killed_sessions_between_jobs_and_during_a_heartbeat__no_result_lost(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="django_jobqueue.reconnect")
+    # Beats every 0.8 s; a 6 s lease, shorter than the slow job (7 s), so only a beat
+    # that reconnects after the kill keeps it, yet long enough that a loaded machine
+    # stalling the heartbeat thread for a few seconds does not lose it.
     foreman = Foreman(
         ForemanOptions(
             concurrency=2,
-            lease_ms=2400,
+            lease_ms=6000,
+            heartbeat_ms=800,
             min_sleep_ms=20,
             max_sleep_ms=100,
             ramp_time_ms=0,
@@ -186,7 +192,7 @@ def test_killed_sessions_between_jobs_and_during_a_heartbeat__no_result_lost(
         second = enqueue_job(None, "worker.record", {"label": "second"})["jid"]
         wait_for(lambda: done(second))
 
-        slow = enqueue_job(None, "worker.compute", {"s": 3})["jid"]
+        slow = enqueue_job(None, "worker.compute", {"s": 7})["jid"]
         wait_for(lambda: Job.objects.filter(jid=slow, status=JobStatus.PROCESSING).exists())
         time.sleep(1)  # a beat (every 0.8 s) landed; kill the heartbeat's session mid-run
         assert kill_other_sessions() > 0
@@ -198,7 +204,7 @@ def test_killed_sessions_between_jobs_and_during_a_heartbeat__no_result_lost(
     assert RunRecord.objects.filter(jid=first).count() == 1
     assert RunRecord.objects.filter(jid=second).count() == 1
     job = Job.objects.get(jid=slow)
-    assert (job.status, job.result, job.attempt) == (JobStatus.DONE, {"s": 3}, 1)
+    assert (job.status, job.result, job.attempt) == (JobStatus.DONE, {"s": 7}, 1)
     assert worker_jobs.computed[slow] == 1
     assert Job.objects.get(jid=second).attempt == 1
     threads = reconnects(caplog)

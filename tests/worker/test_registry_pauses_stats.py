@@ -36,8 +36,11 @@ from tests.workers_helpers import run_workers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-#: Short heartbeats, so "gone after three" comes in about a second; no retry backoff.
-FAST = {"HEARTBEAT_MS": 200, "LEASE_MS": 3000, "BACKOFF_BASE_MS": 0, "BACKOFF_JITTER": 0}
+#: Short heartbeats, so "gone after three" comes in about 6 s, yet a worker stalled
+#: for a few seconds by a loaded machine still counts as live (3 x 200 ms did not
+#: leave it even half a second); a 30 s lease, so such a stall never reaps a job and
+#: runs it twice (the tests count runs). No retry backoff.
+FAST = {"HEARTBEAT_MS": 2_000, "LEASE_MS": 30_000, "BACKOFF_BASE_MS": 0, "BACKOFF_JITTER": 0}
 IDLE_WORKER = ("--min-sleep", "5", "--max-sleep", "100", "--ramp-time", "0", "--verbosity", "0")
 
 

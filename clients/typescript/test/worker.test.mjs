@@ -94,10 +94,15 @@ test("the Worker runs every job to done, fails and cancels as told, then stops",
 test("a lost lease drops the outcome: the complete answers 409 and the new holder's report stands", { timeout: 60_000 }, async () => {
   const { jid } = await client.enqueue("ts.lease", { n: 1 });
   const logger = memoryLogger();
-  // A 1 s lease and no heartbeat within the handler's 4 s: the lease expires, the
-  // claim route reaps it and the test's own claim gets the job again.
+  // A 1 s lease and no heartbeat while the handler runs: the lease expires, the
+  // claim route reaps it and the test's own claim gets the job again. The handler
+  // returns only once that claim is in: the claim route reaps at most every
+  // LEASE_MS / 2 (5 s on this gateway), so a handler that returned after a fixed 4 s
+  // could report before any reap, under its still-valid token.
+  let reclaimed;
+  const reclaim = new Promise((ok) => (reclaimed = ok));
   const worker = new Worker(
-    { "ts.lease": async () => (await sleep(4000), "from the worker") },
+    { "ts.lease": async () => (await reclaim, "from the worker") },
     { url: gateway.url, token, queues: ["ts-lease"], waitMs: 500, leaseMs: 1000, heartbeatMs: 60_000, handleSignals: false, logger },
   );
   const running = worker.run();
@@ -109,11 +114,13 @@ test("a lost lease drops the outcome: the complete answers 409 and the new holde
   const [again] = await until(() => client.claim({ queues: ["ts-lease"], jobTypes: ["ts.lease"], waitMs: 200, leaseMs: 60_000 }).then((jobs) => jobs.length && jobs), 15_000, "the job claimed again");
   assert.equal(again.jid, jid);
   assert.equal(again.attempt, 2);
+  reclaimed();
   await until(() => worker.stats.leaseLost === 1, 15_000, "the worker's report refused");
   assert.ok(logger.lines.some((line) => line.includes(`job ${jid} (ts.lease): lease lost`)), logger.lines.join("\n"));
   assert.deepEqual(await client.complete(jid, again.lease_token, "from the test"), { status: "done" });
   assert.equal((await client.getJob(jid)).result, "from the test");
   } finally {
+    reclaimed();
     worker.stop();
   }
   assert.deepEqual(await running, { claimed: 1, done: 0, failed: 0, cancelled: 0, leaseLost: 1 });
