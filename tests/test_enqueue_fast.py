@@ -84,6 +84,64 @@ def test_raw_insert__writes_the_row_the_orm_wrote(options, payload):
         assert raw_times["run_at"] == orm_times["run_at"]
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"delay": "5s", "expires_ms": 1500, "priority": 7, "max_retry": 0, "timeout_ms": 1234},
+        {"unique_key": "k-é", "unique_ttl_ms": 60_000},
+        {"at": "future"},
+    ],
+)
+def test_bulk_insert__writes_the_row_the_orm_wrote_for_each_job(options):
+    # Several rows: PostgreSQL binds a many-row insert as one array per column, a
+    # path of its own; each of its rows must still be the ORM's row.
+    if options.get("at") == "future":
+        options = {"at": timezone.now().replace(microsecond=123456) + timedelta(hours=1)}
+    payloads = [None, {"a": [1, "é", None, True, 2.5]}, "text", [], 0]
+    orm = []
+    for payload in payloads:
+        spec = build_job("fast", JOB_TYPE, payload, **options)
+        orm.append(_raw_row(_orm_insert(spec)))
+        if spec.unique_key is not None:  # free the key for the next insert
+            Job.objects.update(unique_key_hash=None)
+    unique = options.get("unique_key")
+    jobs = [
+        {"queue": "fast", "job_type": JOB_TYPE, "payload": payload, **options}
+        | ({"unique_key": f"{unique}-{n}"} if unique else {})
+        for n, payload in enumerate(payloads)
+    ]
+    results = enqueue_many(jobs)
+    raw = [_raw_row(r.jid) for r in results]
+    for row in (*orm, *raw):
+        row.pop("id")
+        row.pop("jid")
+        if unique:
+            row.pop("unique_key")
+            row["unique_key_hash"] = None
+    for want, got in zip(orm, raw, strict=True):
+        want_times = {name: want.pop(name) for name in _TIMES}
+        got_times = {name: got.pop(name) for name in _TIMES}
+        assert got == want
+        assert got_times["created_at"] == got_times["updated_at"]
+        for name in ("run_at", "expires_at", "unique_expires_at"):
+            assert (got_times[name] is None) == (want_times[name] is None), name
+            assert type(got_times[name]) is type(want_times[name])
+        if "at" in options:
+            assert got_times["run_at"] == want_times["run_at"]
+        elif "delay" in options:
+            assert got_times["run_at"] - got_times["created_at"] == timedelta(seconds=5)
+            assert got_times["expires_at"] - got_times["created_at"] == timedelta(seconds=1.5)
+
+
+def test_bulk_insert__rows_take_ids_in_the_batch_order():
+    # Equal priority and run_at: the claim's order is the id's, so a batch's jobs
+    # run first in, first out.
+    results = enqueue_many([{"job_type": JOB_TYPE, "payload": {"n": n}} for n in range(1_500)])
+    by_id = list(Job.objects.order_by("id").values_list("jid", flat=True))
+    assert by_id == [r.jid for r in results]
+
+
 def _offsets(jid):
     job = Job.objects.get(jid=jid)
     return job.run_at - job.created_at, job.expires_at - job.created_at
