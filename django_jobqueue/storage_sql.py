@@ -212,6 +212,12 @@ def _mysql_transaction(using: str) -> Iterator[None]:
         cursor.execute("START TRANSACTION")
     try:
         yield
+        with conn.cursor() as cursor:
+            # Inside the try: a COMMIT that fails on a live session (interrupted,
+            # an execute wrapper's error) must not leave the transaction open, or
+            # the next autocommit statement joins it and the next START TRANSACTION
+            # commits it behind the caller's back (atomic() rolls back there too).
+            cursor.execute("COMMIT")
     except BaseException:
         try:
             with conn.cursor() as cursor:
@@ -219,8 +225,6 @@ def _mysql_transaction(using: str) -> Iterator[None]:
         except Exception:  # noqa: BLE001 (a dead session: the server rolled it back)
             conn.close()
         raise
-    with conn.cursor() as cursor:
-        cursor.execute("COMMIT")
 
 
 def _claim_mysql(
