@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+
 import pytest
 from django.db import connection, connections, transaction
 
@@ -43,7 +44,9 @@ def test_threads_in_late_committing_or_rolled_back_transactions__one_holder_true
                 try:
                     with transaction.atomic():
                         try:
-                            got = enqueue_job(QUEUE, "worker.record", {"label": str(i)}, unique_key="K")
+                            got = enqueue_job(
+                                QUEUE, "worker.record", {"label": str(i)}, unique_key="K"
+                            )
                             status, jid = got.status, got.jid
                         except DuplicateJob as exc:
                             status, jid = "dup", exc.holder_jid
@@ -64,13 +67,15 @@ def test_threads_in_late_committing_or_rolled_back_transactions__one_holder_true
     for t in threads:
         t.join(120)
     live = list(
-        Job.objects.filter(queue=QUEUE, unique_key_hash=hold_hash("K")).values_list("jid", flat=True)
+        Job.objects.filter(queue=QUEUE, unique_key_hash=hold_hash("K")).values_list(
+            "jid", flat=True
+        )
     )
     assert len(live) == 1
     jids = set(Job.objects.values_list("jid", flat=True))
     committed_enqueued = [jid for status, jid, commit in answers if status == "enqueued" and commit]
     assert committed_enqueued == live or (old.jid in live and not committed_enqueued)
-    for status, jid, commit in answers:
+    for status, jid, _commit in answers:
         if status == "deduplicated":
             assert jid in jids, "deduplicated against a job that never committed"
     assert advisory_locks() == 0

@@ -92,7 +92,9 @@ def test_complete_many__a_lock_wait_timeout_leaves_no_transaction_open() -> None
             c = connections["default"]
             c.set_autocommit(False)
             with c.cursor() as cursor:
-                cursor.execute("SELECT id FROM django_jobqueue_job WHERE id = %s FOR UPDATE", [job.pk])
+                cursor.execute(
+                    "SELECT id FROM django_jobqueue_job WHERE id = %s FOR UPDATE", [job.pk]
+                )
             held.set()
             release.wait(30)
             c.rollback()
