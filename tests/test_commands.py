@@ -57,6 +57,17 @@ def test_status__table() -> None:
     )
 
 
+def test_status__names_the_paused_queues() -> None:
+    from django_jobqueue.pauses import pause_queue
+
+    make_job(queue="emails")
+    pause_queue("default", "emails", by="test")
+    pause_queue("default", "idle", by="test")  # paused while it has no job: still named
+    text = jobqueue("status")
+    assert "Paused queues (not claimed until resumed): emails, idle\n" in text
+    assert json.loads(jobqueue("status", "--json"))["paused_queues"] == ["emails", "idle"]
+
+
 def test_status__json_and_oldest_wait() -> None:
     make_job(queue="emails", run_at=timezone.now() - timedelta(seconds=120))
     make_job(queue="emails", run_at=timezone.now() - timedelta(seconds=3))

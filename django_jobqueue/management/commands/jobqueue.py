@@ -36,6 +36,7 @@ from django_jobqueue.exceptions import InvalidOption
 from django_jobqueue.licence import current_licence, describe_licence
 from django_jobqueue.management import pausing, tokens
 from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, ScheduleJob, Worker
+from django_jobqueue.pauses import paused_queues
 from django_jobqueue.workerstats import live_workers
 
 logger = logging.getLogger(__name__)
@@ -198,9 +199,11 @@ def _status(
     rows = maintenance.queue_status(using, queues=queues)
     workers = maintenance.busy_workers(using)
     live = live_workers(using)
+    paused = sorted(paused_queues(using, max_age_s=0))
     if as_json:
         data = {
             "queues": [row.as_dict() for row in rows],
+            "paused_queues": paused,
             "busy_workers": workers,
             "live_workers": [_worker_dict(worker) for worker in live],
         }
@@ -208,6 +211,7 @@ def _status(
         return
     if not rows:
         command.stdout.write("No jobs.")
+        _write_paused(command, paused)
         _write_live_workers(command, live)
         return
     header = ["queue", *_STATUS_COLUMNS, "oldest_waiting_s", "busy_workers"]
@@ -227,7 +231,14 @@ def _status(
         ]
         command.stdout.write("  ".join(cells).rstrip())
     command.stdout.write(f"Busy workers (holding a job now): {workers}")
+    _write_paused(command, paused)
     _write_live_workers(command, live)
+
+
+def _write_paused(command: Command, paused: list[str]) -> None:
+    """One line naming the paused queues (``jobqueue pause``); nothing when none is."""
+    if paused:
+        command.stdout.write(f"Paused queues (not claimed until resumed): {', '.join(paused)}")
 
 
 def _worker_dict(worker: Worker) -> dict[str, Any]:
