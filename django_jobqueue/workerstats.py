@@ -193,14 +193,30 @@ def beat_worker(using: str, name: str, *, busy: int, done: int, failed: int) -> 
     return False
 
 
-def stop_worker(using: str, name: str, *, done: int, failed: int) -> bool:
-    """Mark worker ``name`` stopped now, with its final counters (a clean stop).
+def stop_worker(
+    using: str,
+    name: str,
+    *,
+    done: int | None = None,
+    failed: int | None = None,
+    kind: str | None = None,
+) -> bool:
+    """Mark worker ``name`` stopped now (a clean stop), with its final counters when
+    given (a gateway worker's are counted as it reports, so it gives none).
 
-    A stopped worker is gone at once, not three heartbeats later. Returns False if
-    its row had been pruned (nothing is written then).
+    A stopped worker is gone at once, not three heartbeats later. ``kind``: only a
+    row of that kind. Returns False if no such row is running (pruned, or already
+    stopped: nothing is written then).
     """
-    values = {"last_seen_at": Now(), "stopped_at": Now(), "busy": 0, "done": done}
-    return bool(Worker.objects.using(using).filter(name=name).update(failed=failed, **values))
+    values: dict[str, Any] = {"last_seen_at": Now(), "stopped_at": Now(), "busy": 0}
+    if done is not None:
+        values["done"] = done
+    if failed is not None:
+        values["failed"] = failed
+    rows = Worker.objects.using(using).filter(name=name)
+    if kind is not None:
+        rows = rows.filter(kind=kind, stopped_at__isnull=True)
+    return bool(rows.update(**values))
 
 
 def live_workers(using: str) -> list[Worker]:

@@ -184,6 +184,10 @@ def register(body: Mapping[str, Any]) -> Call[Registration]:
     return Call("POST", "/worker/register", lambda d: from_json(Registration, d), json=dict(body))
 
 
+def stop_worker(name: str) -> Call[bool]:
+    return Call("POST", "/worker/stop", lambda d: bool(d["stopped"]), json={"name": name})
+
+
 def claim(body: Mapping[str, Any]) -> Call[list[ClaimedJob]]:
     return Call(
         "POST",

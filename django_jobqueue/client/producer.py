@@ -247,6 +247,11 @@ class Client(_Base):
         """Register a worker (``RegisterIn``: name, host, pid, languages, queues...)."""
         return self.send(calls.register(body))
 
+    def stop_worker(self, name: str) -> bool:
+        """Mark the registered worker ``name`` stopped (a clean exit); False if it
+        already was. Raises ``NotFound`` for a name no gateway worker registered."""
+        return self.send(calls.stop_worker(name))
+
     def claim(
         self,
         queues: Sequence[str],
@@ -438,6 +443,10 @@ class AsyncClient(_Base):
     async def register(self, **body: Any) -> Registration:
         """See :meth:`Client.register`."""
         return await self.send(calls.register(body))
+
+    async def stop_worker(self, name: str) -> bool:
+        """See :meth:`Client.stop_worker`."""
+        return await self.send(calls.stop_worker(name))
 
     async def claim(
         self,

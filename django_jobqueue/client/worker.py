@@ -282,6 +282,10 @@ class Worker:
             pool.shutdown(wait=True)
             self._stop.set()
             beating.join()
+            try:  # gone from the console and `jobqueue status` at once
+                self.client.stop_worker(self.name)
+            except GatewayError as exc:
+                logger.warning("worker %s: could not report its stop: %s", self.name, exc)
         logger.info("worker %s: stopped; %s", self.name, self.stats)
         return dict(self.stats)
 

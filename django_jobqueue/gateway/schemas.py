@@ -290,6 +290,19 @@ class RegisterOut(Schema):
     max_wait_ms: int
 
 
+class StopIn(_In):
+    """A gateway worker's clean stop: the console and ``jobqueue status`` drop it now."""
+
+    name: Name
+
+
+class StopOut(Schema):
+    """Whether the worker's row was marked stopped (False: it already was)."""
+
+    name: str
+    stopped: bool
+
+
 class ClaimIn(_In):
     """Claim up to ``limit`` due jobs, waiting up to ``wait_ms`` for one."""
 

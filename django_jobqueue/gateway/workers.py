@@ -56,6 +56,8 @@ from .schemas import (
     OutcomeOut,
     RegisterIn,
     RegisterOut,
+    StopIn,
+    StopOut,
 )
 
 __all__ = ["router"]
@@ -164,6 +166,25 @@ def register(request: HttpRequest, body: RegisterIn) -> Any:
         "heartbeat_ms": config.HEARTBEAT_MS,
         "max_wait_ms": MAX_WAIT_MS,
     }
+
+
+@router.post(
+    "/worker/stop",
+    response={200: StopOut, **ERRORS},
+    summary="Mark a registered worker stopped (a clean exit)",
+    operation_id="worker_stop",
+)
+def stop(request: HttpRequest, body: StopIn) -> Any:
+    """Mark the gateway worker ``name`` stopped now; its counters stay. 404 for a name
+    no gateway worker registered (a ``runworkers`` row is not stopped over HTTP)."""
+    require(request, "work")  # the scope first: no name is confirmed to a token without it
+    using = jobs_database()
+    row = Worker.objects.using(using).filter(name=body.name, kind="gateway").first()
+    if row is None:
+        raise GatewayError("not_found", f"No gateway worker is registered as {body.name!r}.")
+    require(request, "work", row.queues)
+    stopped = workerstats.stop_worker(using, body.name, kind="gateway")
+    return {"name": body.name, "stopped": stopped}
 
 
 @router.post(

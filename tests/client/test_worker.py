@@ -91,6 +91,8 @@ def test_worker__runs_jobs_and_reports_results(client, gateway_url, caplog):
     assert not [r for r in caplog.records if "lost" in r.getMessage()], caplog.text
     row = WorkerRow.objects.get(name="py-test-worker")
     assert (row.kind, row.languages, row.queues) == ("gateway", ["python"], [QUEUE])
+    assert row.stopped_at is not None  # its clean stop was reported: gone from the console
+    assert row.done == 20
 
 
 def test_worker__a_failure_retries_and_no_retry_dead_letters(client):

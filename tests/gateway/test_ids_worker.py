@@ -102,6 +102,36 @@ def test_worker__register_claim_heartbeat_complete(api):
 
 
 @pytest.mark.django_db
+def test_worker__stop_marks_it_gone_keeps_its_counts(api, client_for, make_token):
+    from django_jobqueue import workerstats
+
+    assert api.post("/sdk/worker/register", {"name": "node-2", "queues": ["gw"]}).status_code == 200
+    Worker.objects.filter(name="node-2").update(done=7)
+    workerstats.register_worker("default", "host:1", kind="runworkers")
+    # A token without the work scope, or not allowed the worker's queue, stops nothing.
+    reader = client_for(make_token(scopes=("read",)))
+    assert reader.post("/sdk/worker/stop", {"name": "node-2"}).status_code == 403
+    other = client_for(make_token(queues=("elsewhere",)))
+    assert other.post("/sdk/worker/stop", {"name": "node-2"}).status_code == 403
+    assert [w.name for w in workerstats.live_workers("default")] == ["host:1", "node-2"]
+
+    first = api.post("/sdk/worker/stop", {"name": "node-2"})
+    assert (first.status_code, first.json()) == (200, {"name": "node-2", "stopped": True})
+    assert [w.name for w in workerstats.live_workers("default")] == ["host:1"]
+    row = Worker.objects.get(name="node-2")
+    assert row.stopped_at is not None and row.done == 7
+    again = api.post("/sdk/worker/stop", {"name": "node-2"})
+    assert again.json() == {"name": "node-2", "stopped": False}
+    # Only gateway workers, and only registered names.
+    assert api.post("/sdk/worker/stop", {"name": "host:1"}).status_code == 404
+    assert api.post("/sdk/worker/stop", {"name": "nobody"}).json()["error"] == "not_found"
+    assert Worker.objects.get(name="host:1").stopped_at is None
+    # A new registration under the name is live again.
+    api.post("/sdk/worker/register", {"name": "node-2", "queues": ["gw"]})
+    assert "node-2" in [w.name for w in workerstats.live_workers("default")]
+
+
+@pytest.mark.django_db
 def test_worker__fail_retries_then_dead_letters_and_cancelled(api):
     jid = enqueue_job("gw", "gw.echo", None, max_retry=1)["jid"]
     [job] = claim(api)

@@ -422,6 +422,11 @@ export class Client {
 
   // The worker protocol ----------------------------------------------------
 
+  /** Mark a registered worker stopped (a clean exit): `stopped` false if it already was; 404 for an unknown name. */
+  async stopWorker(name: string): Promise<{ name: string; stopped: boolean }> {
+    return this.request("POST", "/worker/stop", { name });
+  }
+
   /** Register (or refresh) a worker process; answers its lease and heartbeat, ms. */
   async register(options: RegisterOptions): Promise<Registration> {
     return this.request(

@@ -245,6 +245,11 @@ export class Worker {
           `job_types=${Object.keys(this.handlers).join(",")} concurrency=${this.concurrency}`,
       );
       await this.loop();
+      await Promise.allSettled([...this.running]);
+      // Gone from the console and `jobqueue status` at once, not three heartbeats later.
+      await this.client.stopWorker(this.name).catch((error: unknown) => {
+        this.logger.warn(`could not report the stop of ${this.name}: ${(error as Error).message}`);
+      });
     } finally {
       await Promise.allSettled([...this.running]);
       if (this.options.handleSignals ?? true) {

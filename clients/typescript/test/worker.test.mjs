@@ -89,6 +89,8 @@ test("the Worker runs every job to done, fails and cancels as told, then stops",
   assert.equal(new Set(ran).size, 20);
   assert.equal(ran.length, 20);
   assert.ok(logger.lines.some((line) => line.startsWith(`info registered ${worker.name}`)), logger.lines.join("\n"));
+  // The worker reported its clean stop: a second report finds it stopped already.
+  assert.deepEqual(await client.stopWorker(worker.name), { name: worker.name, stopped: false });
 });
 
 test("a lost lease drops the outcome: the complete answers 409 and the new holder's report stands", { timeout: 60_000 }, async () => {
