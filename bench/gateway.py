@@ -8,8 +8,10 @@ extras)::
     .venv/bin/python bench/gateway.py --singles 1000 --batches 10 --url postgres://...
 
 It creates (once) and migrates a scratch database, serves the example project with
-``gunicorn --workers 2`` on 127.0.0.1 (sync views: one request per worker process at
-a time), and times, each on an emptied job table:
+``gunicorn --workers 2 --worker-class gthread --threads 4`` on 127.0.0.1 (as
+docs/gateway.md advises: keep-alive, and a long-polling claim holds a thread, not a
+process), with the example project's persistent connections, and times, each on an
+emptied job table:
 
 - ``enqueue_job`` in this process, one job per transaction (the baseline of singles);
 - bulk in-process: ``enqueue_many`` of 1,000 jobs per call (a loop of ``enqueue_job``
@@ -87,12 +89,15 @@ def free_port() -> int:
 
 
 def start_gunicorn(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    """Serve example_project.wsgi with 2 sync workers; return once it answers."""
+    """Serve example_project.wsgi with 2 gthread workers of 4 threads (keep-alive: the
+    sync worker class closes every connection, a new TCP connection per request, and a
+    waiting claim would hold a whole worker); return once it answers."""
     import httpx
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}",
-         "--log-level", "warning", "example_project.wsgi:application"],
+        [sys.executable, "-m", "gunicorn", "--workers", "2", "--worker-class", "gthread",
+         "--threads", "4", "--bind", f"127.0.0.1:{port}", "--log-level", "warning",
+         "example_project.wsgi:application"],
         cwd=ROOT,
         env=env,
     )  # fmt: skip
@@ -158,7 +163,7 @@ def main() -> None:
                         enqueue_job(QUEUE, JOB_TYPE, payload)
         return total
 
-    print(f"PostgreSQL {args.url}; gunicorn --workers 2 serving example_project")
+    print(f"PostgreSQL {args.url}; gunicorn --workers 2 (gthread x 4) serving example_project")
     in_single = timed("in-process enqueue_job, one per transaction", singles, args.max_seconds)
     bulk_label = (
         "in-process enqueue_many, 1,000 per call"
