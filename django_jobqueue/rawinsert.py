@@ -112,6 +112,15 @@ class _Plan:
         self.shapes: dict[tuple[Any, ...], str] = {}
         self.lock = threading.Lock()
 
+    def constant(self, name: str, params: list[Any]) -> str:
+        """The SQL of constant column ``name``: its literal, or a placeholder whose
+        prepared default is appended to ``params``."""
+        literal = self.literals.get(name)
+        if literal is None:
+            params.append(self.constants[name])
+            return "%s"
+        return literal
+
     def duration(self, delta: timedelta) -> Any:
         """A duration parameter as Django's ``Now() + timedelta`` passes it."""
         return delta if self.vendor == "postgresql" else duration_microseconds(delta)
@@ -120,11 +129,7 @@ class _Plan:
         """Append ``row``'s parameters to ``params``; return the SQL of its VALUES tuple."""
         spec = row.spec
         hold = row.hold_fields
-        unknown = set(hold) - set(_HOLD_FIELDS)
-        if unknown:
-            raise TypeError(
-                f"Unknown job fields {sorted(unknown)}; only {_HOLD_FIELDS} are stored."
-            )
+        _check_hold_fields(row)
         shape = (spec.at is None, spec.expires_ms is None, spec.unique_key is None)
         sql = self.shapes.get(shape)
         parts: list[str] | None = [] if sql is None else None
@@ -133,10 +138,7 @@ class _Plan:
         for f in self.fields:
             name = f.attname
             if name not in _VARIABLE:
-                literal = self.literals.get(name)
-                if literal is None:
-                    params.append(self.constants[name])
-                    literal = "%s"
+                literal = self.constant(name, params)
                 if parts is not None:
                     parts.append(literal)
                 continue
@@ -185,6 +187,12 @@ class _Plan:
             with self.lock:
                 self.shapes[shape] = sql
         return sql
+
+
+def _check_hold_fields(row: Row) -> None:
+    unknown = set(row.hold_fields) - set(_HOLD_FIELDS)
+    if unknown:
+        raise TypeError(f"Unknown job fields {sorted(unknown)}; only {_HOLD_FIELDS} are stored.")
 
 
 def _literals(conn: Any, constants: dict[str, Any]) -> dict[str, str]:
@@ -298,11 +306,7 @@ def _column_values(plan: _Plan, rows: Sequence[Row], conn: Any) -> dict[str, lis
     the one-row insert binds them (``run_delay``, ``expires_in`` and ``unique_in``
     are intervals that the statement adds to its clock)."""
     for row in rows:
-        unknown = set(row.hold_fields) - set(_HOLD_FIELDS)
-        if unknown:
-            raise TypeError(
-                f"Unknown job fields {sorted(unknown)}; only {_HOLD_FIELDS} are stored."
-            )
+        _check_hold_fields(row)
     specs = [row.spec for row in rows]
     payload = plan.by_name["payload"]
     run_at = plan.by_name["run_at"]
@@ -369,11 +373,7 @@ def _insert_columns(
     for f in plan.fields:
         name = f.attname
         if name not in _VARIABLE:
-            literal = plan.literals.get(name)
-            if literal is None:
-                params.append(plan.constants[name])
-                literal = "%s"
-            select.append(literal)
+            select.append(plan.constant(name, params))
         elif name in ("created_at", "updated_at"):
             select.append(now)
         elif name == "run_at":
