@@ -270,35 +270,44 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
     plan = _plan(using)
     conn = connections[using]
     notify = queues if _notifies(using) else []
-    limit = rows_per_statement(using, rows[0]) if rows else MAX_ROWS
     with prepared.cursor(conn) as cursor:
         if plan.vendor == "postgresql" and len(rows) > 1:
             for start in range(0, len(rows), MAX_ROWS):
                 _insert_columns(plan, conn, cursor, rows[start : start + MAX_ROWS], notify)
-                notify = []
-            rows = []  # inserted; only the wake-ups below, when there were none
-        start = 0
-        while start < len(rows) or notify:
-            statement = dbclock.statement_number()
-            params: list[Any] = []
-            values: list[str] = []
-            size = 0
-            while start < len(rows) and len(values) < limit and size < MAX_STATEMENT_BYTES:
-                values.append(plan.row(rows[start], statement, params, conn))
-                if plan.vendor == "mysql":  # a rough size: max_allowed_packet bounds a statement
-                    size += len(str(rows[start].spec.payload)) + 512
-                start += 1
-            if not values:  # nothing left to insert, only the wake-ups
-                cursor.execute(
-                    "SELECT " + ", ".join(["pg_notify(%s, %s)"] * len(notify)),
-                    [p for q in notify for p in (CHANNEL, q)],
-                )
-                break
-            sql = _with_notify(plan.head + "VALUES " + ", ".join(values), params, notify)
-            notify = []
-            cursor.execute(sql, params)
+                notify = []  # the first statement carries the wake-ups
+        else:
+            _insert_values(plan, conn, cursor, rows, notify)
     if queues:
         wake_local(using)
+
+
+def _insert_values(
+    plan: _Plan, conn: Any, cursor: Any, rows: Sequence[Row], notify: Sequence[str]
+) -> None:
+    """Insert ``rows`` by multi-row ``VALUES`` statements (a single row on PostgreSQL,
+    any number elsewhere), the wake-ups riding the first; only the wake-ups when there
+    is no row."""
+    limit = rows_per_statement(conn.alias, rows[0]) if rows else MAX_ROWS
+    start = 0
+    while start < len(rows) or notify:
+        statement = dbclock.statement_number()
+        params: list[Any] = []
+        values: list[str] = []
+        size = 0
+        while start < len(rows) and len(values) < limit and size < MAX_STATEMENT_BYTES:
+            values.append(plan.row(rows[start], statement, params, conn))
+            if plan.vendor == "mysql":  # a rough size: max_allowed_packet bounds a statement
+                size += len(str(rows[start].spec.payload)) + 512
+            start += 1
+        if not values:  # nothing left to insert, only the wake-ups
+            cursor.execute(
+                "SELECT " + ", ".join(["pg_notify(%s, %s)"] * len(notify)),
+                [p for q in notify for p in (CHANNEL, q)],
+            )
+            break
+        sql = _with_notify(plan.head + "VALUES " + ", ".join(values), params, notify)
+        notify = []
+        cursor.execute(sql, params)
 
 
 def _column_values(plan: _Plan, rows: Sequence[Row], conn: Any) -> dict[str, list[Any]]:

@@ -213,9 +213,9 @@ def stop_worker(
         values["done"] = done
     if failed is not None:
         values["failed"] = failed
-    rows = Worker.objects.using(using).filter(name=name)
+    rows = Worker.objects.using(using).filter(name=name, stopped_at__isnull=True)
     if kind is not None:
-        rows = rows.filter(kind=kind, stopped_at__isnull=True)
+        rows = rows.filter(kind=kind)
     return bool(rows.update(**values))
 
 
