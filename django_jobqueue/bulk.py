@@ -23,7 +23,6 @@ batch is made again from step 2.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +33,7 @@ from . import locks
 from .conf import get_config
 from .dbclock import Now
 from .managers import EnqueueResult, JobSpec, check_transaction, hold_hash, hold_lock_names
-from .rawinsert import Row, insert_rows
+from .rawinsert import Row, insert_rows, new_jids
 from .workerstats import count_deduplicated
 
 __all__ = ["create_many"]
@@ -127,13 +126,14 @@ def _create_locked(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
     live = _live_holders(using, specs)
     results: list[EnqueueResult] = []
     rows: list[Row] = []
+    jids = iter(new_jids(len(specs)))
     for spec in specs:
         holds = _holds(spec)
         holder = next((live[hold] for hold in holds if hold in live), None)
         if holder is not None:
             results.append(EnqueueResult(status="deduplicated", jid=holder))
             continue
-        jid = uuid.uuid4().hex
+        jid = next(jids)
         for hold in holds:
             live[hold] = jid  # later jobs of the batch with this id or key: deduplicated
         rows.append(Row(spec, jid))

@@ -26,7 +26,7 @@ from .managers import EnqueueResult, JobSpec
 from .models import Job
 from .registry import get_job_description
 from .unique import unique_options
-from .validation import check_delay, check_json, check_positive_int, check_queue, check_text
+from .validation import check_delay, check_positive_int, check_queue, check_text, json_text
 from .workerstats import count_deduplicated
 
 __all__ = [
@@ -77,7 +77,9 @@ def build_job(
     desc = get_job_description(job_type)
     config = get_config()
     queue = check_queue(queue if queue is not None else (desc.queue or config.DEFAULT_QUEUE))
-    check_json(payload, f"The payload of a {job_type!r} job", max_bytes=config.MAX_PAYLOAD_BYTES)
+    payload_json = json_text(
+        payload, f"The payload of a {job_type!r} job", max_bytes=config.MAX_PAYLOAD_BYTES
+    )
     if delay is not None and at is not None:
         raise InvalidOption("Give either delay or at, not both.")
     if at is not None:
@@ -116,6 +118,7 @@ def build_job(
         unique_key=unique_key,
         unique_mode=mode,
         unique_ttl_ms=ttl_ms,
+        payload_json=payload_json,
     )
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
@@ -112,6 +112,9 @@ class JobSpec:
     unique_key: str | None
     unique_mode: str
     unique_ttl_ms: int
+    #: The payload's JSON text, as checked (:func:`~django_jobqueue.validation.json_text`):
+    #: the many-row insert sends it rather than encoding the payload again.
+    payload_json: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def due_now(self) -> bool:

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "check_delay",
     "check_json",
+    "json_text",
     "check_positive_int",
     "check_result_size",
     "json_size",
@@ -144,6 +145,23 @@ def check_json(
 ) -> Any:
     """Return ``value`` if PostgreSQL, MariaDB and SQLite all store it as the same JSON.
 
+    The checks of :func:`json_text`, which also returns the JSON text.
+
+    Raises
+    ------
+    InvalidPayload
+        As :func:`json_text`.
+    """
+    json_text(value, what, max_bytes=max_bytes, setting=setting)
+    return value
+
+
+def json_text(
+    value: Any, what: str, *, max_bytes: int | None = None, setting: str = "MAX_PAYLOAD_BYTES"
+) -> str:
+    """Return the JSON text of ``value`` (``json.dumps``, as Django's ``JSONField``
+    writes it) if PostgreSQL, MariaDB and SQLite all store it as the same JSON.
+
     JSON types only (no NaN or infinity), at most :data:`MAX_JSON_DEPTH` nested
     lists and objects, no string or key with a NUL character or a lone surrogate,
     and, given ``max_bytes``, at most that many bytes of JSON (:func:`json_size`);
@@ -182,7 +200,7 @@ def check_json(
         raise InvalidPayload(f"{what} is not JSON: {exc}.") from exc
     if max_bytes is not None:
         _refuse_size(len(text.encode("utf-8")), what, max_bytes, setting)
-    return value
+    return text
 
 
 def check_delay(delay: Any) -> timedelta:

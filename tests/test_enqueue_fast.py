@@ -134,6 +134,49 @@ def test_bulk_insert__writes_the_row_the_orm_wrote_for_each_job(options):
             assert got_times["expires_at"] - got_times["created_at"] == timedelta(seconds=1.5)
 
 
+@pytest.mark.parametrize("payload", [None, {"same": ["for", "all"]}, "mixed"])
+def test_bulk_insert__a_batch_of_mixed_options__each_row_is_the_orms(payload):
+    # PostgreSQL binds a column that is the same in every row once, and an array
+    # otherwise; here each column is uniform in some batches and mixed in others.
+    future = timezone.now().replace(microsecond=123456) + timedelta(hours=1)
+    options = [
+        {},
+        {"delay": "5s", "expires_ms": 1500, "priority": 7, "max_retry": 0, "timeout_ms": 1234},
+        {"unique_key": "mixed-k", "unique_ttl_ms": 60_000},
+        {"at": future, "priority": 3},
+        {"queue": "other"},
+    ]
+    payloads = [payload] * len(options) if payload != "mixed" else [None, {"a": 1}, "t", [], 0]
+    orm = []
+    for opts, body in zip(options, payloads, strict=True):
+        opts = dict(opts)
+        spec = build_job(opts.pop("queue", "fast"), JOB_TYPE, body, **opts)
+        orm.append(_raw_row(_orm_insert(spec)))
+        Job.objects.update(unique_key_hash=None)  # free the key for the batch
+    jobs = [
+        {"queue": "fast", "job_type": JOB_TYPE, "payload": body, **opts}
+        for opts, body in zip(options, payloads, strict=True)
+    ]
+    raw = [_raw_row(r.jid) for r in enqueue_many(jobs)]
+    for want, got, opts in zip(orm, raw, options, strict=True):
+        for row in (want, got):
+            row.pop("id")
+            row.pop("jid")
+            row["unique_key_hash"] = None
+        want_times = {name: want.pop(name) for name in _TIMES}
+        got_times = {name: got.pop(name) for name in _TIMES}
+        assert got == want, opts
+        for name in ("run_at", "expires_at", "unique_expires_at"):
+            assert (got_times[name] is None) == (want_times[name] is None), (name, opts)
+        if "at" in opts:
+            assert got_times["run_at"] == want_times["run_at"]
+        if "delay" in opts:
+            assert got_times["run_at"] - got_times["created_at"] == timedelta(seconds=5)
+    # A None payload is SQL NULL, not JSON null, as Django's JSONField stores it.
+    nulls = Job.objects.filter(payload__isnull=True).count()
+    assert nulls == 2 * payloads.count(None)
+
+
 def test_bulk_insert__rows_take_ids_in_the_batch_order():
     # Equal priority and run_at: the claim's order is the id's, so a batch's jobs
     # run first in, first out.
