@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -65,6 +65,7 @@ _VARIABLE = frozenset(
 )  # fmt: skip
 #: The further fields a caller may store with a job (``JobManager.create_job``'s hold_fields).
 _HOLD_FIELDS = ("dedupe_ms", "keep_ms")
+_ZERO = timedelta(0)
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,8 @@ class _Plan:
             self.now = f"{dbclock.SQLITE_FUNCTION}(%s)"
             self.plus = f"(django_format_dtdelta('+', {dbclock.SQLITE_FUNCTION}(%s), %s))"
         self.max_params = conn.features.max_query_params
-        self.shapes: dict[tuple[Any, ...], str] = {}
+        #: Per row shape (see :meth:`row`): its VALUES SQL and its parameters' getters.
+        self.shapes: dict[tuple[bool, ...], tuple[str, list[Callable[..., Any]]]] = {}
         self.lock = threading.Lock()
 
     def constant(self, name: str, params: list[Any]) -> str:
@@ -130,67 +132,107 @@ class _Plan:
         return delta if self.vendor == "postgresql" else duration_microseconds(delta)
 
     def row(self, row: Row, statement: int, params: list[Any], conn: Any) -> str:
-        """Append ``row``'s parameters to ``params``; return the SQL of its VALUES tuple."""
+        """Append ``row``'s parameters to ``params``; return the SQL of its VALUES tuple.
+
+        ``statement`` is the SQLite clock's statement number (unused elsewhere).
+        """
         spec = row.spec
         hold = row.hold_fields
-        _check_hold_fields(row)
-        shape = (spec.at is None, spec.expires_ms is None, spec.unique_key is None)
-        sql = self.shapes.get(shape)
-        parts: list[str] | None = [] if sql is None else None
+        if hold:
+            _check_hold_fields(row)
+        shape = (
+            spec.at is None,
+            spec.delay == _ZERO,
+            spec.expires_ms is None,
+            spec.job_id is None,
+            spec.unique_key is None,
+            hold.get("dedupe_ms") is None,
+            hold.get("keep_ms") is None,
+        )
+        compiled = self.shapes.get(shape)
+        if compiled is None:
+            compiled = self._compile(shape)
+            with self.lock:
+                self.shapes[shape] = compiled
+        sql, getters = compiled
+        params.extend([get(row, statement, conn) for get in getters])
+        return sql
+
+    def _compile(self, shape: tuple[bool, ...]) -> tuple[str, list[Callable[..., Any]]]:
+        """The VALUES tuple of a row of ``shape`` (see :meth:`row`) and a getter of each
+        of its parameters, ``get(row, statement, conn)``, in order.
+
+        What the shape fixes is written into the SQL: a NULL for a column the row
+        leaves empty (no id, no unique key, no expiry), and on PostgreSQL the
+        statement's clock itself for a job due now; the parameters are the rest.
+        """
+        at_none, no_delay, no_expiry, no_id, no_key, no_dedupe, no_keep = shape
+        parts: list[str] = []
+        getters: list[Callable[..., Any]] = []
         sqlite = self.vendor == "sqlite"
+        clock: list[Callable[..., Any]] = [lambda r, n, c: n] if sqlite else []
+        empty = {
+            "expires_at": no_expiry,
+            "job_id": no_id,
+            "job_id_hash": no_id,
+            "unique_key": no_key,
+            "unique_key_hash": no_key,
+            "unique_expires_at": no_key,
+            "dedupe_ms": no_dedupe,
+            "keep_ms": no_keep,
+        }
+
+        def param(get: Callable[..., Any]) -> str:
+            getters.append(get)
+            return "%s"
 
         for f in self.fields:
             name = f.attname
             if name not in _VARIABLE:
-                literal = self.constant(name, params)
-                if parts is not None:
-                    parts.append(literal)
-                continue
-            text = "%s"
-            if name in ("created_at", "updated_at"):
-                text = self.now
-                if sqlite:
-                    params.append(statement)
+                constant: list[Any] = []
+                parts.append(self.constant(name, constant))
+                getters.extend((lambda r, n, c, v=v: v) for v in constant)
+            elif empty.get(name):
+                parts.append("NULL")
+            elif name in ("created_at", "updated_at"):
+                parts.append(self.now)
+                getters.extend(clock)
+            elif name == "run_at" and at_none and no_delay and self.vendor == "postgresql":
+                parts.append(self.now)  # now + 0, exactly
+            elif name == "run_at" and at_none:
+                parts.append(self.plus)
+                getters.extend(clock)
+                getters.append(lambda r, n, c: self.duration(r.spec.delay))
             elif name == "run_at":
-                if spec.at is None:
-                    text = self.plus
-                    if sqlite:
-                        params.append(statement)
-                    params.append(self.duration(spec.delay))
-                else:
-                    params.append(f.get_db_prep_save(spec.at, conn))
-            elif name == "expires_at" or name == "unique_expires_at":
-                ms = spec.expires_ms if name == "expires_at" else spec.unique_ttl_ms
-                if name == "unique_expires_at" and spec.unique_key is None:
-                    ms = None
-                if ms is None:
-                    text = "NULL"
-                else:
-                    text = self.plus
-                    if sqlite:
-                        params.append(statement)
-                    params.append(self.duration(timedelta(milliseconds=ms)))
+                parts.append(param(lambda r, n, c, f=f: f.get_db_prep_save(r.spec.at, c)))
+            elif name in ("expires_at", "unique_expires_at"):
+                parts.append(self.plus)
+                getters.extend(clock)
+                attr = "expires_ms" if name == "expires_at" else "unique_ttl_ms"
+                getters.append(
+                    lambda r, n, c, a=attr: self.duration(
+                        timedelta(milliseconds=getattr(r.spec, a))
+                    )
+                )
             elif name == "payload":
-                params.append(f.get_db_prep_save(spec.payload, conn))
+                parts.append(param(lambda r, n, c, f=f: f.get_db_prep_save(r.spec.payload, c)))
             elif name == "jid":
-                params.append(row.jid)
+                parts.append(param(lambda r, n, c: r.jid))
             elif name == "job_id_hash":
-                params.append(None if spec.job_id is None else hold_hash(spec.job_id))
+                parts.append(param(lambda r, n, c: hold_hash(r.spec.job_id)))
             elif name == "unique_key_hash":
-                params.append(None if spec.unique_key is None else hold_hash(spec.unique_key))
+                parts.append(param(lambda r, n, c: hold_hash(r.spec.unique_key)))
             elif name == "unique_mode":
-                params.append(spec.unique_mode if spec.unique_key is not None else "")
+                parts.append("''" if no_key else param(lambda r, n, c: r.spec.unique_mode))
             elif name in _HOLD_FIELDS:
-                params.append(hold.get(name))
+                parts.append(param(lambda r, n, c, a=name: r.hold_fields[a]))
             else:  # queue, job_type, job_id, priority, max_retry, timeout_ms, secure, unique_key
-                params.append(getattr(spec, name))
-            if parts is not None:
-                parts.append(text)
-        if sql is None:
-            sql = "(" + ", ".join(parts or ()) + ")"
-            with self.lock:
-                self.shapes[shape] = sql
-        return sql
+                parts.append(param(lambda r, n, c, a=name: getattr(r.spec, a)))
+        return "(" + ", ".join(parts) + ")", getters
+
+    def max_row_params(self) -> int:
+        """The most parameters a row can bind (a row of every option)."""
+        return len(self._compile((True, False, False, False, False, False, False))[1])
 
 
 def _check_hold_fields(row: Row) -> None:
@@ -247,17 +289,20 @@ def _notifies(using: str) -> bool:
 
 def wake_local(using: str) -> None:
     """Set :data:`~django_jobqueue.wakeups.local_event` once ``using``'s transaction commits."""
-    transaction.on_commit(local_event.set, using=using)
+    if connections[using].in_atomic_block:
+        transaction.on_commit(local_event.set, using=using)
+    else:  # autocommit: committed already (what on_commit would do, minus its cost)
+        local_event.set()
 
 
 def rows_per_statement(using: str, sample: Row) -> int:
-    """Return how many rows like ``sample`` one multi-row INSERT on ``using`` carries."""
+    """Return how many rows like ``sample`` (any row: the count is the widest row's)
+    one multi-row INSERT on ``using`` carries."""
     plan = _plan(using)
     if plan.max_params is None:
         return MAX_ROWS
-    params: list[Any] = []
-    plan.row(sample, 0, params, connections[using])
-    return max(1, min(MAX_ROWS, plan.max_params // max(len(params), 1)))
+    # The widest row's count: the rows of one statement may differ in shape.
+    return max(1, min(MAX_ROWS, plan.max_params // max(plan.max_row_params(), 1)))
 
 
 def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = ()) -> None:
@@ -304,7 +349,7 @@ def _insert_values(
     """Insert ``rows`` by multi-row ``VALUES`` statements (a single row on PostgreSQL,
     any number elsewhere), the wake-ups riding the first; only the wake-ups when there
     is no row."""
-    limit = rows_per_statement(conn.alias, rows[0]) if rows else MAX_ROWS
+    limit = rows_per_statement(conn.alias, rows[0]) if len(rows) > 1 else MAX_ROWS
     start = 0
     while start < len(rows) or notify:
         statement = dbclock.statement_number()

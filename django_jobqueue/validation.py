@@ -172,6 +172,31 @@ def json_text(
     InvalidPayload
         If ``value`` is not such JSON; the message names ``what`` and the reason.
     """
+    try:
+        text = _JSON.encode(value)
+    except (TypeError, ValueError) as exc:
+        _check_json_texts(value, what)  # a bad string or a too deep nest is said first
+        raise InvalidPayload(f"{what} is not JSON: {exc}.") from exc
+    except RecursionError:  # nested deeper than Python's stack: the walk says how deep
+        _check_json_texts(value, what)
+        raise InvalidPayload(f"{what} nests lists and objects too deeply.") from None
+    # The walk finds what json.dumps lets through. Its text, ASCII only, has a "\\u"
+    # escape wherever a string holds a NUL, a surrogate or any non-ASCII character,
+    # and a nest can be no deeper than its brackets: without either, skip the walk.
+    if "\\u" in text or text.count("[") + text.count("{") >= MAX_JSON_DEPTH:
+        _check_json_texts(value, what)
+    if max_bytes is not None:  # ASCII only: its length is its size in UTF-8 bytes
+        _refuse_size(len(text), what, max_bytes, setting)
+    return text
+
+
+#: json.dumps as Django's JSONField calls it, refusing NaN and infinity; one encoder
+#: for every call (json.dumps with an argument builds a new one each time).
+_JSON = json.JSONEncoder(allow_nan=False)
+
+
+def _check_json_texts(value: Any, what: str) -> None:
+    """Raise InvalidPayload for a nest deeper than MAX_JSON_DEPTH or a bad string or key."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -194,13 +219,6 @@ def json_text(
                 raise InvalidPayload(
                     f"{what} has a string that {problem}: {text[:50]!r}; remove that character."
                 )
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"{what} is not JSON: {exc}.") from exc
-    if max_bytes is not None:
-        _refuse_size(len(text.encode("utf-8")), what, max_bytes, setting)
-    return text
 
 
 def check_delay(delay: Any) -> timedelta:
