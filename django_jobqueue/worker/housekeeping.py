@@ -98,6 +98,7 @@ class ForemanThreads:
     _busy: int
     _cond: threading.Condition
     _wake_gen: int
+    _dispatch_wake: threading.Event
     _stopping: threading.Event
     _making_due: threading.RLock
     _done: threading.Event
@@ -121,6 +122,8 @@ class ForemanThreads:
         with self._cond:
             self._wake_gen += 1
             self._cond.notify_all()
+        if self._stopping.is_set() or self.governor.workers < self.concurrency:
+            self._dispatch_wake.set()  # a slot to spawn (or gone), or a stop
 
     def _relay_local_wakeups(self) -> None:
         while not self._done.is_set():
