@@ -248,6 +248,11 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     from .bulk import create_many  # deferred: it needs the models at call time only
 
     specs = []
+    # Jobs of a batch mostly share their type, queue and options: those are validated
+    # once per distinct set (keyed with their types, so 1 and True stay apart), and
+    # each job's payload on its own. A job with an id or a key is validated whole.
+    templates: dict[Any, JobSpec] = {}
+    max_bytes = get_config().MAX_PAYLOAD_BYTES
     for index, job in enumerate(jobs):
         try:
             if not isinstance(job, Mapping):
@@ -258,13 +263,42 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
             queue = options.pop("queue", None)
             job_type = options.pop("job_type", None)
             payload = options.pop("payload", None)
+            key = _template_key(queue, job_type, options)
+            template = templates.get(key) if key is not None else None
+            if template is not None:
+                what = f"The payload of a {job_type!r} job"
+                payload_json = json_text(payload, what, max_bytes=max_bytes)
+                specs.append(template.with_payload(payload, payload_json))
+                continue
             _check_options(options, _MANY_OPTIONS)
-            specs.append(build_job(queue, job_type, payload, **options))
+            spec = build_job(queue, job_type, payload, **options)
+            if key is not None:
+                templates[key] = spec
+            specs.append(spec)
         except JobQueueError as exc:
             exc.args = (f"jobs[{index}]: {exc.args[0] if exc.args else exc}", *exc.args[1:])
             exc.index = index  # type: ignore[attr-defined]
             raise
     return create_many(specs)
+
+
+#: Options that make each job of a batch its own (no shared validation).
+_KEYED = frozenset({"job_id", "unique_key"})
+
+
+def _template_key(queue: Any, job_type: Any, options: dict[str, Any]) -> Any:
+    """The key of the options a batch's jobs may share, or None: not shareable."""
+    if not options.keys().isdisjoint(_KEYED):
+        return None
+    key = (
+        type(queue), queue, type(job_type), job_type,
+        tuple((name, type(value), value) for name, value in sorted(options.items())),
+    )  # fmt: skip
+    try:
+        hash(key)
+    except TypeError:  # an unhashable option value: validated (and refused) alone
+        return None
+    return key
 
 
 async def aenqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:

@@ -92,6 +92,9 @@ class EnqueueResult(dict[str, str]):
         return self["status"] == "deduplicated"
 
 
+_NO_DELAY = timedelta(0)
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A validated job, ready to insert; built by :func:`~django_jobqueue.enqueue.build_job`."""
@@ -116,10 +119,21 @@ class JobSpec:
     #: the many-row insert sends it rather than encoding the payload again.
     payload_json: str | None = field(default=None, compare=False, repr=False)
 
+    def with_payload(self, payload: Any, payload_json: str) -> JobSpec:
+        """Return this spec with another payload, already checked (``payload_json`` is
+        its :func:`~django_jobqueue.validation.json_text`).
+
+        For :func:`~django_jobqueue.enqueue.enqueue_many`, which validates a batch's
+        repeated options once: a copy of the fields, not the frozen ``__init__``.
+        """
+        spec = object.__new__(JobSpec)
+        spec.__dict__.update(self.__dict__, payload=payload, payload_json=payload_json)
+        return spec
+
     @property
     def due_now(self) -> bool:
         """Whether the job is due as soon as it commits (no ``at``, no ``delay``)."""
-        return self.at is None and self.delay == timedelta(0)
+        return self.at is None and self.delay == _NO_DELAY
 
     def model_fields(self, jid: str) -> dict[str, Any]:
         """Return the ``Job`` fields of this spec, times as database expressions."""

@@ -31,10 +31,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from django.apps import apps
 from django.db import connections, transaction
@@ -66,15 +66,19 @@ _VARIABLE = frozenset(
 #: The further fields a caller may store with a job (``JobManager.create_job``'s hold_fields).
 _HOLD_FIELDS = ("dedupe_ms", "keep_ms")
 _ZERO = timedelta(0)
+_NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class Row:
-    """One job to insert: its spec, its new jid and its hold fields (``dedupe_ms``, ``keep_ms``)."""
+class Row(NamedTuple):
+    """One job to insert: its spec, its new jid and its hold fields (``dedupe_ms``, ``keep_ms``).
+
+    A tuple, not a dataclass: a bulk enqueue makes one per job. ``hold_fields`` is
+    read only; the default is one shared empty mapping.
+    """
 
     spec: Any  # managers.JobSpec (this module imports no manager)
     jid: str
-    hold_fields: dict[str, Any] = field(default_factory=dict)
+    hold_fields: Mapping[str, Any] = _NO_FIELDS
 
 
 class _Plan:
@@ -378,7 +382,8 @@ def _column_values(plan: _Plan, rows: Sequence[Row], conn: Any) -> dict[str, lis
     are intervals that the statement adds to its clock), but the payloads as JSON
     texts."""
     for row in rows:
-        _check_hold_fields(row)
+        if row.hold_fields:
+            _check_hold_fields(row)
     specs = [row.spec for row in rows]
     run_at = plan.by_name["run_at"]
 

@@ -301,6 +301,42 @@ def test_enqueue_many__one_invalid_job_writes_nothing_and_names_its_index(bad, e
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"payload": {"x": float("inf")}}, InvalidPayload),
+        ({"payload": "nul \x00"}, InvalidPayload),
+        ({"priority": True}, InvalidOption),  # equal to 1, but not an int
+        ({"priority": 1.0}, InvalidOption),
+        ({"delay": "-1s"}, InvalidOption),
+    ],
+)
+def test_enqueue_many__a_job_like_the_ones_before_it_is_still_checked(bad, error):
+    # Jobs with the same type, queue and options are validated once per batch; a
+    # later job that differs in its payload, or in an option's type, is checked.
+    same = {"queue": "q", "job_type": JOB_TYPE, "priority": 1, "delay": "1s"}
+    jobs = [{**same, "payload": {"n": n}} for n in range(3)]
+    jobs.append({**same, **bad})
+    with pytest.raises(error) as raised:
+        enqueue_many(jobs)
+    assert raised.value.index == 3
+    assert str(raised.value).startswith("jobs[3]: ")
+    assert not Job.objects.exists()
+
+
+def test_enqueue_many__shared_options__each_job_its_own_payload_and_options():
+    jobs = [
+        {"queue": "q", "job_type": JOB_TYPE, "payload": {"n": 0}, "priority": 5},
+        {"queue": "q", "job_type": JOB_TYPE, "payload": {"n": 1}, "priority": 5},
+        {"queue": "q", "job_type": JOB_TYPE, "payload": None, "priority": 6},
+        {"queue": "r", "job_type": JOB_TYPE, "payload": [2], "priority": 5},
+        {"queue": "q", "job_type": JOB_TYPE, "payload": {"n": 4}, "priority": 5},
+    ]
+    results = enqueue_many(jobs)
+    got = [Job.objects.values_list("queue", "payload", "priority").get(jid=r.jid) for r in results]
+    assert got == [(j["queue"], j["payload"], j["priority"]) for j in jobs]
+
+
 def test_enqueue_many__answers_each_job_in_order_and_dedupes_within_the_batch():
     results = enqueue_many(
         [

@@ -143,7 +143,12 @@ class Foreman(ForemanThreads):
         self._stopping = threading.Event()
         self._forced = threading.Event()
         self._done = threading.Event()
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        #: Waited on by stops, slot ends and back-offs; notified by :meth:`_kick`.
+        self._cond = threading.Condition(lock)
+        #: Idle runners wait on this one (:meth:`_wait_for_work`), so a wake-up can
+        #: wake as many as there are jobs (:meth:`_wake_runners`), not all of them.
+        self._work = threading.Condition(lock)
         self._wake_gen = 0
         #: Wakes the dispatcher (the main thread) only when it has something to do:
         #: a slot to spawn, a stop. Every claim of several jobs kicks the idle slots,
@@ -187,6 +192,15 @@ class Foreman(ForemanThreads):
                 gen = self._wake_gen
             self._cond.wait_for(
                 lambda: self._wake_gen != gen or self._stopping.is_set(), timeout=seconds
+            )
+
+    def _wait_for_work(self, seconds: float, gen: int) -> None:
+        """An idle runner's sleep: up to ``seconds``, or until a wake-up after
+        generation ``gen``, a stop, or jobs left by another runner's claim."""
+        with self._work:
+            self._work.wait_for(
+                lambda: self._wake_gen != gen or self._stopping.is_set() or bool(self._inbox),
+                timeout=seconds,
             )
 
     def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -334,10 +348,15 @@ class Foreman(ForemanThreads):
         slot = _Slot()
         runner = executor.Runner(f"{name}-runner")
         counted = True
+        # The idle sleep before a cycle, in seconds, and the wake-up generation it
+        # waits past: slept in the runner's own thread, so a wake-up goes straight to
+        # the thread that claims (no hand-off from this one on the way).
+        sleep: tuple[float, int] | None = None
         try:
             while not self._stopping.is_set():
                 halt = threading.Event()
-                call = runner.submit(functools.partial(self._cycles, slot, name, halt))
+                call = runner.submit(functools.partial(self._cycles, slot, name, halt, sleep))
+                sleep = None
                 timed_out = self._supervise(call, slot, halt)
                 if timed_out:
                     runner.abandon()
@@ -361,7 +380,7 @@ class Foreman(ForemanThreads):
                     break
                 if not self.listener.healthy:  # wake-ups may be lost: poll
                     sleep_ms = self.min_sleep_ms
-                self._wait(sleep_ms / 1000, slot.gen)
+                sleep = (sleep_ms / 1000, slot.gen)
         finally:
             # Wait for the runner to close its connections before the slot ends, so
             # a returning foreman leaves no session open.
@@ -451,13 +470,20 @@ class Foreman(ForemanThreads):
                     self._running[running.job.pk] = running
             self._inbox.extend(claimed[1:])
         if len(claimed) > 1:
-            self._kick()  # idle slots take the rest
+            self._wake_runners(len(claimed) - 1)  # idle runners take the rest
         return claimed[0]
 
-    def _cycles(self, slot: _Slot, name: str, halt: threading.Event) -> bool:
-        """In the runner thread: run jobs one after another while there are any;
-        return False once a claim found nothing (the slot then sleeps), True after a
-        job when ``break_time_ms`` is due.
+    def _cycles(
+        self,
+        slot: _Slot,
+        name: str,
+        halt: threading.Event,
+        sleep: tuple[float, int] | None = None,
+    ) -> bool:
+        """In the runner thread: sleep ``sleep`` (seconds, or until a wake-up after
+        that generation) if given, then run jobs one after another while there are
+        any; return False once a claim found nothing (the slot then decides the
+        next sleep), True after a job when ``break_time_ms`` is due.
 
         The runner keeps claiming without going back to its slot's thread between
         jobs: two thread hand-offs per job were a drain's largest cost. The slot's
@@ -466,6 +492,8 @@ class Foreman(ForemanThreads):
         thread claims nothing more once it returns. With a break time, one job per
         call, so the slot sleeps between jobs.
         """
+        if sleep is not None:
+            self._wait_for_work(*sleep)
         found = False
         while not (halt.is_set() or self._stopping.is_set()):
             slot.gen = self._wake_gen  # a wake-up during the cycle is not slept through
@@ -495,7 +523,7 @@ class Foreman(ForemanThreads):
         )
         self.governor.found_job()
         if self.governor.workers < self.concurrency:
-            self._kick()
+            self._dispatch_wake.set()  # demand: the dispatcher may spawn a slot
         now = time.monotonic()
         running.started, running.deadline = now, now + job.timeout_ms / 1000
         pending = False

@@ -97,6 +97,7 @@ class ForemanThreads:
     _stats_lock: threading.Lock
     _busy: int
     _cond: threading.Condition
+    _work: threading.Condition
     _wake_gen: int
     _dispatch_wake: threading.Event
     _stopping: threading.Event
@@ -116,12 +117,22 @@ class ForemanThreads:
         if self.queues and queue and queue not in self.queues:
             return
         self.governor.woken()
-        self._kick()
+        self._wake_runners(1)  # it claims what is due, and wakes more if it found more
+
+    def _wake_runners(self, count: int) -> None:
+        """Wake up to ``count`` idle runners (a runner about to sleep does not)."""
+        with self._work:
+            self._wake_gen += 1
+            self._work.notify(count)
+        if self.governor.workers < self.concurrency:
+            self._dispatch_wake.set()  # room for another slot
 
     def _kick(self) -> None:
+        """Wake every waiting thread: idle runners, back-offs, the dispatcher."""
         with self._cond:
             self._wake_gen += 1
             self._cond.notify_all()
+            self._work.notify_all()
         if self._stopping.is_set() or self.governor.workers < self.concurrency:
             self._dispatch_wake.set()  # a slot to spawn (or gone), or a stop
 
