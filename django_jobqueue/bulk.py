@@ -125,13 +125,13 @@ def _create_locked(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
     using = specs[0].using
     if not any(spec.job_id is not None or spec.unique_key is not None for spec in specs):
         # No id, no key: no holder to look for, every job goes in.
-        jids = new_jids(len(specs))
+        all_jids = new_jids(len(specs))
         insert_rows(
             using,
-            [Row(spec, jid) for spec, jid in zip(specs, jids, strict=True)],
+            [Row(spec, jid) for spec, jid in zip(specs, all_jids, strict=True)],
             wake_queues=[spec.queue for spec in specs if spec.due_now],
         )
-        return [EnqueueResult(status="enqueued", jid=jid) for jid in jids]
+        return [EnqueueResult(status="enqueued", jid=jid) for jid in all_jids]
     live = _live_holders(using, specs)
     results: list[EnqueueResult] = []
     rows: list[Row] = []
