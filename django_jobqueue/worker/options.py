@@ -8,10 +8,13 @@ from dataclasses import dataclass
 from ..models import Job
 from .context import JobContext
 
-__all__ = ["PREFETCH", "ForemanOptions"]
+__all__ = ["PREFETCH", "SHORT_JOB_MS", "ForemanOptions"]
 
 #: Default of :attr:`ForemanOptions.prefetch`.
 PREFETCH = 1
+#: Jobs shorter than this on average (ms) let a default-prefetch claim take up to
+#: ``concurrency`` more (:class:`~.foreman.Foreman`).
+SHORT_JOB_MS = 5
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,8 @@ class ForemanOptions:
     #: Middleware dotted paths; None: ``JOBQUEUE["MIDDLEWARE"]``.
     middleware: tuple[str, ...] | None = None
     #: Jobs a claim may take beyond the free slots, held (and heartbeated) until a
-    #: slot is free; None: :data:`PREFETCH`.
+    #: slot is free; None: :data:`PREFETCH`, plus up to ``concurrency`` while the
+    #: foreman's recent jobs ran under :data:`SHORT_JOB_MS` on average.
     prefetch: int | None = None
     #: Store successes in batches (:class:`~.completer.Completer`).
     batch_completions: bool = True

@@ -79,6 +79,27 @@ def test_foreman__a_claim_never_exceeds_free_slots_plus_prefetch() -> None:
     assert RunRecord.objects.count() == 30
 
 
+def test_foreman__default_prefetch__grows_with_short_jobs_only() -> None:
+    # The default prefetch takes up to `concurrency` more jobs per claim while the
+    # recent jobs were short (a few ms at most in memory), and no more once they are
+    # long: a held job then waits a whole job's time.
+    from django_jobqueue.worker.options import SHORT_JOB_MS
+
+    for i in range(60):
+        enqueue_job(None, "worker.record", {"label": str(i)})
+    short = foreman(concurrency=2)
+    assert short.run(install_signals=False) == {"done": 60}
+    assert 2 + 1 < short.largest_claim <= 2 + 1 + 2
+    assert RunRecord.objects.count() == 60
+
+    for _ in range(12):
+        enqueue_job(None, "worker.sleep", {"s": (SHORT_JOB_MS * 3) / 1000})
+    slow = foreman(concurrency=2)
+    assert slow.run(install_signals=False) == {"done": 12}
+    assert slow.largest_claim <= 2 + 1
+    assert slow.recent_run_ms > SHORT_JOB_MS
+
+
 def test_foreman__a_batch_keeps_the_per_type_limit() -> None:
     worker_jobs.limited_max = 0
     for _ in range(8):
