@@ -44,7 +44,7 @@ from . import locks
 from .conf import get_config
 from .dbclock import Now
 from .exceptions import DirectCreateRefused, DuplicateJob, WrongDatabase
-from .rawinsert import Row, insert_rows, insert_unless_held
+from .rawinsert import Row, insert_rows, insert_unless_held, new_jids
 from .validation import hold_hash
 
 __all__ = [
@@ -361,7 +361,7 @@ class JobManager(models.Manager[_M]):
         return holders if locked else []
 
     def _create(self, spec: JobSpec, timeout_ms: int, hold_fields: dict[str, Any]) -> EnqueueResult:
-        jid = uuid.uuid4().hex
+        [jid] = new_jids(1)
         names = hold_lock_names(spec.queue, job_id=spec.job_id, unique_key=spec.unique_key)
         if not names:
             self._insert(spec, jid, hold_fields)

@@ -295,7 +295,7 @@ def wake_local(using: str) -> None:
     """Set :data:`~django_jobqueue.wakeups.local_event` once ``using``'s transaction commits."""
     if connections[using].in_atomic_block:
         transaction.on_commit(local_event.set, using=using)
-    else:  # autocommit: committed already (what on_commit would do, minus its cost)
+    elif not local_event.is_set():  # autocommit: committed already, as on_commit would
         local_event.set()
 
 
