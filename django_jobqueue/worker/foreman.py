@@ -430,12 +430,18 @@ class Foreman(ForemanThreads):
         type still allows (:meth:`Governor.reserve_batch`); the claimer keeps the
         first job and leaves the rest, in claim order, for idle slots. A slot that
         waited for the lock while another claim came back short does not claim
-        again: that claim saw the queue drained.
+        again: that claim saw the queue drained. A held job is taken without the
+        claim lock (the deque's pops are atomic): a runner never waits for another's
+        claim round trip while jobs are waiting.
         """
         seen = self._claim_seq
+        held = self._take_held()
+        if held is not None:
+            return held
         with self._claim_lock:
-            if self._inbox:
-                return self._inbox.popleft()
+            held = self._take_held()
+            if held is not None:
+                return held
             if self._claim_seq != seen and self._last_claim_short:
                 return None
             if self._stopping.is_set():
@@ -482,6 +488,12 @@ class Foreman(ForemanThreads):
         if len(claimed) > 1:
             self._wake_runners(len(claimed) - 1)  # idle runners take the rest
         return claimed[0]
+
+    def _take_held(self) -> _Running | None:
+        try:
+            return self._inbox.popleft()
+        except IndexError:
+            return None
 
     def _cycles(
         self,
