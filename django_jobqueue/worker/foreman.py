@@ -58,9 +58,9 @@ from ..pauses import paused_queues
 from ..reconnect import retry_on_disconnect
 from ..registry import registered_job_types
 from . import executor, wakeup
+from .claims import ForemanClaims
 from .completer import Completer
 from .connections import recycle_connections
-from .context import JobContext
 from .governor import Governor
 from .housekeeping import ForemanThreads
 from .middleware import Middleware, load_middleware
@@ -71,7 +71,7 @@ __all__ = ["PREFETCH", "Foreman", "ForemanOptions"]
 logger = logging.getLogger(__name__)
 
 
-class Foreman(ForemanThreads):
+class Foreman(ForemanClaims, ForemanThreads):
     """Run worker threads that claim and run jobs until stopped (or drained).
 
     Parameters
@@ -421,79 +421,6 @@ class Foreman(ForemanThreads):
     def _busy_count(self) -> int:
         """Handlers running now, and claimed jobs waiting for a slot."""
         return self._busy + len(self._inbox)
-
-    def _next_job(self, worker: str) -> _Running | None:
-        """In a runner thread: take a prefetched job, else claim a batch; None: nothing due.
-
-        One claim at a time per foreman. A claim takes at most the free slots plus
-        :attr:`prefetch` (minus jobs already waiting), cut to what every limited job
-        type still allows (:meth:`Governor.reserve_batch`); the claimer keeps the
-        first job and leaves the rest, in claim order, for idle slots. A slot that
-        waited for the lock while another claim came back short does not claim
-        again: that claim saw the queue drained. A held job is taken without the
-        claim lock (the deque's pops are atomic): a runner never waits for another's
-        claim round trip while jobs are waiting.
-        """
-        seen = self._claim_seq
-        held = self._take_held()
-        if held is not None:
-            return held
-        with self._claim_lock:
-            held = self._take_held()
-            if held is not None:
-                return held
-            if self._claim_seq != seen and self._last_claim_short:
-                return None
-            if self._stopping.is_set():
-                return None
-            prefetch = self.prefetch
-            if self._adaptive_prefetch and self.recent_run_ms < SHORT_JOB_MS:
-                prefetch += self.concurrency
-            want = max(1, self.concurrency - self._busy) + prefetch - len(self._inbox)
-            skipped = self.governor.reserve_batch()
-            jobs: list[Job] = []
-            accepted: list[bool] = []
-            try:
-                jobs = storage.claim(
-                    self.using,
-                    owner=worker,
-                    limit=want,
-                    queues=self.queues,
-                    exclude_types=self.external_types.union(skipped),
-                    lease_ms=self.lease_ms,
-                )
-            finally:
-                accepted = self.governor.settle_batch(skipped, [j.job_type for j in jobs])
-            allowance = want
-            over = [job for job, ok in zip(jobs, accepted, strict=True) if not ok]
-            jobs = [job for job, ok in zip(jobs, accepted, strict=True) if ok]
-            for job in over:  # more of a limited type than its room: back, in place
-                storage.hand_back(job, message="over its concurrent limit", keep_place=True)
-            if over:
-                self.wake()  # claim again: others may be due behind them
-            self._claim_seq += 1
-            self._last_claim_short = len(jobs) + len(over) < allowance
-            self.claims += 1
-            self.largest_claim = max(self.largest_claim, len(jobs))
-            if not jobs:
-                return None
-            claimed = [
-                _Running(job=job, ctx=JobContext(job, worker=worker, lease_ms=self.lease_ms))
-                for job in jobs
-            ]
-            with self._running_lock:
-                for running in claimed:
-                    self._running[running.job.pk] = running
-            self._inbox.extend(claimed[1:])
-        if len(claimed) > 1:
-            self._wake_runners(len(claimed) - 1)  # idle runners take the rest
-        return claimed[0]
-
-    def _take_held(self) -> _Running | None:
-        try:
-            return self._inbox.popleft()
-        except IndexError:
-            return None
 
     def _cycles(
         self,

@@ -100,6 +100,30 @@ def test_foreman__default_prefetch__grows_with_short_jobs_only() -> None:
     assert slow.recent_run_ms > SHORT_JOB_MS
 
 
+def test_foreman__a_failed_claim__early_or_not__loses_no_held_job(monkeypatch: Any) -> None:
+    # A runner that takes the last held job claims the next batch before running
+    # it; when that claim fails, its job still runs and nothing stays leased.
+    from django.db import OperationalError
+
+    from django_jobqueue.worker import claims
+
+    real, calls = storage.claim, []
+
+    def flaky(*args: Any, **kwargs: Any) -> list[Job]:
+        calls.append(1)
+        if len(calls) in (2, 3):
+            raise OperationalError("claim failed (test)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(claims.storage, "claim", flaky)
+    for i in range(40):
+        enqueue_job(None, "worker.record", {"label": str(i)})
+    run = foreman(concurrency=3)
+    assert run.run(install_signals=False) == {"done": 40}
+    assert Job.objects.filter(status=JobStatus.DONE, attempt=1).count() == 40
+    assert len(calls) > 3
+
+
 def test_foreman__a_batch_keeps_the_per_type_limit() -> None:
     worker_jobs.limited_max = 0
     for _ in range(8):
