@@ -15,7 +15,7 @@ created under :func:`django_jobqueue.locks.creation_lock`:
    answered as the duplicate it is.
 
 On PostgreSQL steps 1 to 4 are first tried as one statement
-(:func:`~django_jobqueue.rawinsert.insert_unless_held`): the locks tried without a
+(:func:`~django_jobqueue.rawkeyed.insert_unless_held`): the locks tried without a
 wait, the holders read, the row inserted when there is none. Only a lock another
 creator holds, or a stale hold to clear, takes the path above.
 
@@ -44,7 +44,8 @@ from . import locks
 from .conf import get_config
 from .dbclock import Now
 from .exceptions import DirectCreateRefused, DuplicateJob, WrongDatabase
-from .rawinsert import Row, insert_rows, insert_unless_held, new_jids
+from .rawinsert import Row, insert_rows, new_jids
+from .rawkeyed import insert_unless_held
 from .validation import hold_hash
 
 __all__ = [
@@ -295,7 +296,7 @@ class JobManager(models.Manager[_M]):
 
         For :meth:`django_jobqueue.ids.Queue.add`: the lock of (queue, id) tried
         without a wait, the holder read and the row inserted in one statement
-        (:func:`~django_jobqueue.rawinsert.insert_unless_held`); inside the caller's
+        (:func:`~django_jobqueue.rawkeyed.insert_unless_held`); inside the caller's
         transaction, in a savepoint that a holder rolls back, so the lock is freed.
 
         Returns

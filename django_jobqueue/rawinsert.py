@@ -46,8 +46,14 @@ from .validation import hold_hash
 from .wakeups import CHANNEL, local_event
 
 __all__ = [
-    "Row", "insert_rows", "insert_unless_held", "new_jids", "rows_per_statement", "wake_local",
-]  # fmt: skip
+    "Row",
+    "insert_rows",
+    "new_jids",
+    "insert_plan",
+    "rows_per_statement",
+    "wakes_by_notify",
+    "wake_local",
+]
 
 #: Rows per multi-row INSERT at most (PostgreSQL, MySQL; SQLite also by its variable limit).
 MAX_ROWS = 1000
@@ -279,7 +285,8 @@ def new_jids(count: int) -> list[str]:
 _plans: dict[tuple[str, str], _Plan] = {}
 
 
-def _plan(using: str) -> _Plan:
+def insert_plan(using: str) -> _Plan:
+    """The insert plan of alias ``using`` (made once per alias and vendor)."""
     key = (using, connections[using].vendor)
     plan = _plans.get(key)
     if plan is None:
@@ -287,7 +294,8 @@ def _plan(using: str) -> _Plan:
     return plan
 
 
-def _notifies(using: str) -> bool:
+def wakes_by_notify(using: str) -> bool:
+    """Whether a due job's insert on ``using`` carries a ``pg_notify``."""
     return connections[using].vendor == "postgresql" and get_config().NOTIFY
 
 
@@ -302,7 +310,7 @@ def wake_local(using: str) -> None:
 def rows_per_statement(using: str, sample: Row) -> int:
     """Return how many rows like ``sample`` (any row: the count is the widest row's)
     one multi-row INSERT on ``using`` carries."""
-    plan = _plan(using)
+    plan = insert_plan(using)
     if plan.max_params is None:
         return MAX_ROWS
     # The widest row's count: the rows of one statement may differ in shape.
@@ -333,9 +341,9 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
     queues = list(dict.fromkeys(wake_queues))
     if not rows and not queues:
         return
-    plan = _plan(using)
+    plan = insert_plan(using)
     conn = connections[using]
-    notify = queues if _notifies(using) else []
+    notify = queues if wakes_by_notify(using) else []
     with prepared.cursor(conn) as cursor:
         if plan.vendor == "postgresql" and len(rows) > 1:
             for start in range(0, len(rows), MAX_ROWS):
@@ -517,85 +525,3 @@ def _with_notify(sql: str, params: list[Any], notify: Sequence[str]) -> str:
         + ", ".join(["pg_notify(%s, %s)"] * len(notify))
         + " FROM (SELECT 1 FROM j LIMIT 1) AS one"
     )
-
-
-def insert_unless_held(
-    row: Row, lock_keys: Sequence[int], *, wake: bool
-) -> tuple[bool, bool, list[tuple[str, str, bool, bool]]]:
-    """PostgreSQL: try the creation locks, insert, and read the holders, in one statement.
-
-    The locks are tried, never waited for (``pg_try_advisory_xact_lock``, in the
-    sorted order of their names: a later key is tried only once the earlier ones
-    are held). Once they are all held, ``row`` is inserted unless a row already
-    carries the id's or the key's hash in its queue: the unique indexes over
-    (queue, hash) decide (``ON CONFLICT DO NOTHING``), the last line of
-    :mod:`django_jobqueue.locks` and here the only one on the common path, so an
-    add without a holder reads nothing. Only when nothing was inserted does the
-    statement read the rows holding the hashes (live or stale holds), from its
-    snapshot: a holder committed while the locks were tried is not among them, and
-    the caller's locked path then decides.
-
-    Parameters
-    ----------
-    row:
-        The job, with an id or a unique key or both.
-    lock_keys:
-        :func:`django_jobqueue.locks.lock_key` of its lock names, in the names' order.
-    wake:
-        Whether a ``pg_notify`` of its queue rides the insert (a due job).
-
-    Returns
-    -------
-    tuple
-        ``(locked, inserted, holders)``: whether every lock was had, whether the row
-        was inserted, and, when it was not, ``(jid, status, holds_id, holds_key)`` of
-        each row in the statement's snapshot that carries the id's or the key's hash
-        (live or stale hold; none when the holder committed after the snapshot).
-    """
-    spec = row.spec
-    using = spec.using
-    plan = _plan(using)
-    conn = connections[using]
-
-    lock = "true"
-    for _key in reversed(lock_keys):  # nested: a later key is tried once the earlier is held
-        lock = f"CASE WHEN pg_try_advisory_xact_lock(%s) THEN {lock} ELSE false END"
-    id_hash = None if spec.job_id is None else hold_hash(spec.job_id)
-    key_hash = None if spec.unique_key is None else hold_hash(spec.unique_key)
-    params: list[Any] = list(lock_keys)
-    values = plan.row(row, 0, params, conn)
-    params += [id_hash, key_hash, spec.queue, id_hash, key_hash]
-    notify = wake and _notifies(using)
-    now = "STATEMENT_TIMESTAMP()"
-    # The unique indexes over (queue, hash) decide whether the row goes in (ON
-    # CONFLICT DO NOTHING), not a read of the holders: the planner's choice for that
-    # read, made once per prepared statement, was a scan of the whole queue when the
-    # statement was first planned on a young table (no statistics yet), and every
-    # add paid for it until an ANALYZE. The holders are read only when the insert
-    # did not happen (a one-time filter skips the read otherwise).
-    sql = " ".join(
-        [
-            f"WITH l AS MATERIALIZED (SELECT {lock} AS ok),",
-            f"i AS ({plan.head}SELECT {values[1:-1]} FROM l",  # noqa: S608 - placeholders
-            "WHERE l.ok ON CONFLICT DO NOTHING RETURNING 1),",
-            "h AS MATERIALIZED (SELECT jid, status,",
-            "COALESCE(job_id_hash = %s AND (id_held_until IS NULL",
-            f"OR id_held_until > {now}), false) AS holds_id,",
-            f"COALESCE(unique_key_hash = %s AND unique_expires_at > {now}, false) AS holds_key",
-            f"FROM {plan.table}, l WHERE l.ok AND NOT EXISTS (SELECT 1 FROM i)",  # noqa: S608
-            "AND queue = %s AND (job_id_hash = %s OR unique_key_hash = %s))",
-            f"SELECT l.ok, (SELECT count({'pg_notify(%s, %s)' if notify else '*'}) FROM i),",  # noqa: S608
-            "h.jid, h.status, h.holds_id, h.holds_key FROM l LEFT JOIN h ON true",
-        ]
-    )
-    if notify:
-        params.extend([CHANNEL, spec.queue])
-    with prepared.cursor(conn) as cursor:
-        cursor.execute(sql, params)
-        result = cursor.fetchall()
-    locked = bool(result[0][0])
-    inserted = bool(result[0][1])
-    holders = [(r[2], r[3], r[4], r[5]) for r in result if r[2] is not None]
-    if inserted and wake:
-        wake_local(using)
-    return locked, inserted, holders

@@ -1,4 +1,4 @@
-"""PostgreSQL one-statement add / unique enqueue (rawinsert.insert_unless_held) under
+"""PostgreSQL one-statement add / unique enqueue (rawkeyed.insert_unless_held) under
 races in callers' transactions that commit late or roll back, with stale holds."""
 
 from __future__ import annotations
