@@ -27,6 +27,7 @@ form of ``timezone.now()``), computed here once per statement.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -300,6 +301,8 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
     """
     conn = connections[using]
     vendor = conn.vendor
+    if vendor == "postgresql":
+        return _complete_rows_pg(using, items)
     table = _q(using, Job._meta.db_table)
     result_field = Job._meta.get_field("result")
     if vendor == "postgresql":
@@ -365,4 +368,38 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
         return owned
     with conn.cursor() as cursor:
         cursor.execute(f"{update} RETURNING id", [*params, *pks, *guard_params])
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _complete_rows_pg(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]) -> set[int]:
+    """PostgreSQL's :func:`complete_rows`: one prepared statement whatever the batch size.
+
+    The jobs' ids, lease tokens and hold intervals are bound as arrays and their
+    results as one JSON array (Python None stored as SQL NULL, as Django's
+    ``JSONField`` stores it); the same guards and holds as the other vendors' CASE
+    form, whose text grew with the batch and was parsed and bound by psycopg on the
+    client each flush (a fifth of a no-op drain's CPU in the completer thread).
+    """
+    table = _q(using, Job._meta.db_table)
+    now = "STATEMENT_TIMESTAMP()"
+    ids = [job.pk for job, _r, _d in items]
+    tokens = [job.lease_token for job, _r, _d in items]
+    results = "[" + ",".join(json.dumps(result) for _j, result, _d in items) + "]"
+    holds = [dedupe or None for _j, _r, dedupe in items]
+    sql = (
+        f"UPDATE {table} AS j SET status = %s, result = NULLIF(u.result, 'null'::jsonb), "
+        f"finished_at = {now}, updated_at = {now}, message = '', lease_owner = '', "
+        "lease_token = '', lease_expires_at = NULL, "
+        f"id_held_until = CASE WHEN u.hold IS NULL THEN j.id_held_until ELSE {now} + u.hold END, "
+        "job_id_hash = CASE WHEN u.hold IS NULL THEN NULL ELSE j.job_id_hash END, "
+        "unique_key_hash = CASE WHEN j.unique_mode = %s THEN NULL ELSE j.unique_key_hash END "
+        "FROM ROWS FROM (unnest(%s::bigint[]), unnest(%s::text[]), "
+        "jsonb_array_elements(%s::jsonb), unnest(%s::interval[])) AS u(id, token, result, hold) "
+        "WHERE j.id = u.id AND j.status = %s AND j.rerun = false AND j.lease_token = u.token "
+        "RETURNING j.id"
+    )
+    params = [JobStatus.DONE, unique.UNTIL_EXECUTED, ids, tokens, results, holds]
+    params.append(JobStatus.PROCESSING)
+    with prepared.cursor(connections[using]) as cursor:  # the same text every flush
+        cursor.execute(sql, params)
         return {row[0] for row in cursor.fetchall()}

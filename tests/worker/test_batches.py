@@ -69,6 +69,44 @@ def test_complete_many__one_statement_and_a_lost_lease_is_not_written(
     assert rows[last.pk].result is None
 
 
+def test_complete_many__results_holds_and_keys_of_a_mixed_batch() -> None:
+    # One flush: results of every JSON kind (None is SQL NULL), an id kept by its
+    # job type's dedupe, an id freed, an until_executed key freed, a lost lease.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.testapp.jobtypes.ids import draft, plain
+
+    draft.add("d", id="kept")  # dedupe 1 hour
+    plain.add("p", id="freed")  # no dedupe
+    keyed = enqueue_job("default", "worker.record", {}, unique_key="k")
+    # until_executed is Pro: set on the row, as a licensed enqueue would have written it.
+    Job.objects.filter(jid=keyed.jid).update(unique_mode="until_executed")
+    for i in range(3):
+        enqueue_job("default", "worker.record", {"label": str(i)})
+    jobs = []
+    for queue in ("ids", "ids-plain", "default"):
+        jobs += storage.claim("default", owner="t", limit=10, queues=[queue])
+    assert len(jobs) == 6
+    Job.objects.filter(pk=jobs[-1].pk).update(lease_token="stolen")
+    results: list[Any] = [{"a": [1, "é", None]}, None, 'text, with "quotes"', 0, [], "x"]
+    flags = storage.complete_many(list(zip(jobs, results, strict=True)))
+    assert flags == [True, True, True, True, True, False]
+    rows = {job.pk: Job.objects.get(pk=job.pk) for job in jobs}
+    for job, result in zip(jobs[:5], results[:5], strict=True):
+        row = rows[job.pk]
+        assert (row.status, row.result, row.lease_token) == (JobStatus.DONE, result, "")
+        assert row.finished_at is not None
+    assert Job.objects.filter(pk=jobs[1].pk, result__isnull=True).exists()  # SQL NULL
+    kept, freed, keyed = rows[jobs[0].pk], rows[jobs[1].pk], rows[jobs[2].pk]
+    assert kept.job_id_hash is not None
+    assert kept.id_held_until > timezone.now() + timedelta(minutes=59)
+    assert freed.job_id_hash is None
+    assert keyed.unique_key is not None and keyed.unique_key_hash is None
+    assert rows[jobs[-1].pk].status == JobStatus.PROCESSING
+
+
 def test_foreman__a_claim_never_exceeds_free_slots_plus_prefetch() -> None:
     for i in range(30):
         enqueue_job(None, "worker.record", {"label": str(i)})
