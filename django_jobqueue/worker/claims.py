@@ -109,7 +109,10 @@ class ForemanClaims:
         prefetch = self.prefetch
         if self._adaptive_prefetch and self.recent_run_ms < SHORT_JOB_MS:
             prefetch += self.concurrency
-        want = max(1, self.concurrency - self._busy) + prefetch - len(self._inbox)
+        # A claim ahead is made by a runner holding a job it has not started: its
+        # slot is not free.
+        free = self.concurrency - self._busy - (0 if keep_first else 1)
+        want = max(1, free) + prefetch - len(self._inbox)
         if want <= 0:
             return None
         skipped = self.governor.reserve_batch()
