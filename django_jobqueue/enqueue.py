@@ -292,13 +292,22 @@ def _template_key(queue: Any, job_type: Any, options: dict[str, Any]) -> Any:
         return None
     key = (
         type(queue), queue, type(job_type), job_type,
-        tuple((name, type(value), value) for name, value in sorted(options.items())),
+        tuple(
+            (name, type(value), value, _instant(value)) for name, value in sorted(options.items())
+        ),
     )  # fmt: skip
     try:
         hash(key)
     except TypeError:  # an unhashable option value: validated (and refused) alone
         return None
     return key
+
+
+def _instant(value: Any) -> Any:
+    """What tells apart two equal datetimes that are different instants: the two
+    readings of a wall time a DST change repeats (``fold``) compare and hash equal in
+    the same zone, an hour apart; None for any other value."""
+    return value.utcoffset() if isinstance(value, datetime) else None
 
 
 async def aenqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:

@@ -32,7 +32,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -510,8 +510,18 @@ def _insert_columns(
 
 
 def _uniform(column: list[Any]) -> bool:
-    """Whether every value of ``column`` equals its first (wrapped JSON never does)."""
-    return column.count(column[0]) == len(column)
+    """Whether every value of ``column`` equals its first (wrapped JSON never does).
+
+    Datetimes also by their UTC offset: the two readings of a wall time a DST change
+    repeats (``fold``) compare equal in the same zone, yet are an hour apart.
+    """
+    first = column[0]
+    if column.count(first) != len(column):
+        return False
+    if isinstance(first, datetime):
+        offset = first.utcoffset()
+        return all(value.utcoffset() == offset for value in column)
+    return True
 
 
 def _with_notify(sql: str, params: list[Any], notify: Sequence[str]) -> str:
