@@ -290,16 +290,17 @@ def _template_key(queue: Any, job_type: Any, options: dict[str, Any]) -> Any:
     """The key of the options a batch's jobs may share, or None: not shareable."""
     if not options.keys().isdisjoint(_KEYED):
         return None
-    key = (
-        type(queue), queue, type(job_type), job_type,
-        tuple(
-            (name, type(value), value, _instant(value)) for name, value in sorted(options.items())
-        ),
-    )  # fmt: skip
     try:
+        key = (
+            type(queue), queue, type(job_type), job_type,
+            tuple(
+                (name, type(value), value, _instant(value))
+                for name, value in sorted(options.items())
+            ),
+        )  # fmt: skip
         hash(key)
-    except TypeError:  # an unhashable option value: validated (and refused) alone
-        return None
+    except TypeError:  # an unhashable option value, or an option name that is not text
+        return None  # (which sorted() cannot order): validated (and refused) alone
     return key
 
 

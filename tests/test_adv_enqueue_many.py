@@ -55,3 +55,63 @@ def test_bulk_insert_keeps_each_rows_at_when_only_fold_differs():
     single = Job.objects.get(jid=enqueue_job(None, JOB_TYPE, 3, at=_LATE)["jid"]).run_at.timestamp()
     assert single == _LATE.timestamp()
     assert runs == [_EARLY.timestamp(), _LATE.timestamp()]
+
+
+def test_a_job_with_a_non_text_option_name_is_refused_as_an_unknown_option():
+    """``enqueue_many`` took ``InvalidOption`` for an option name that is not a string;
+    the template key must not turn it into a bare TypeError (no index, no prefix)."""
+    from django_jobqueue.exceptions import InvalidOption
+
+    with pytest.raises(InvalidOption) as caught:
+        enqueue_many(
+            [{"job_type": JOB_TYPE, "payload": 1}, {"job_type": JOB_TYPE, 1: "x", "priority": 2}]
+        )
+    assert caught.value.index == 1
+    assert str(caught.value).startswith("jobs[1]: ")
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({"priority": 1}, {"priority": True}),
+        ({"max_retry": 1}, {"max_retry": 1.0}),
+        ({"delay": 1}, {"delay": True}),
+        ({"timeout_ms": 1000}, {"timeout_ms": 1000.0}),
+        ({"expires_ms": 1000}, {"expires_ms": 1000.5}),
+    ],
+)
+def test_a_later_job_is_validated_as_if_alone(first, second):
+    """Whatever enqueue_job refuses for the second job, enqueue_many refuses with its index."""
+    from django_jobqueue.exceptions import JobQueueError
+
+    try:
+        enqueue_job(None, JOB_TYPE, 0, **second)
+    except JobQueueError as exc:
+        alone = type(exc)
+    else:
+        alone = None
+    Job.objects.all().delete()
+    jobs = [
+        {"job_type": JOB_TYPE, "payload": 1, **first},
+        {"job_type": JOB_TYPE, "payload": 2, **second},
+    ]
+    if alone is None:
+        assert len(enqueue_many(jobs)) == 2
+    else:
+        with pytest.raises(alone) as caught:
+            enqueue_many(jobs)
+        assert caught.value.index == 1 and str(caught.value).startswith("jobs[1]: ")
+        assert Job.objects.count() == 0
+
+
+def test_a_later_payload_error_names_its_index():
+    from django_jobqueue.exceptions import InvalidPayload
+
+    jobs = [{"job_type": JOB_TYPE, "payload": i} for i in range(3)]
+    jobs[2]["payload"] = {"a": "x\x00"}
+    with pytest.raises(InvalidPayload) as caught:
+        enqueue_many(jobs)
+    assert caught.value.index == 2
+    assert str(caught.value).startswith("jobs[2]: The payload of a ")
+    assert Job.objects.count() == 0
