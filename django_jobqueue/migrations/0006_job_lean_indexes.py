@@ -44,15 +44,43 @@ def _like_index(schema_editor: Any, table: str) -> str:
     return str(schema_editor._create_index_name(table, ["jid"], suffix="_like"))
 
 
+def _partial_index(schema_editor: Any, name: str) -> bool:
+    """Whether ``name`` is already a valid partial index (not the table constraint)."""
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.indisvalid, i.indpred IS NOT NULL FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = %s AND pg_table_is_visible(c.oid)",
+            [name],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0] and row[1])
+
+
+def _constraint(schema_editor: Any, table: str, name: str) -> bool:
+    """Whether ``name`` is a constraint of ``table`` (the hold as 0005 made it)."""
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_constraint WHERE conrelid = %s::regclass AND conname = %s",
+            [table, name],
+        )
+        return cursor.fetchone() is not None
+
+
 def forwards(apps: Any, schema_editor: Any) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     quote = schema_editor.quote_name
     table = _table(apps)
     for name, column in HOLDS:
+        if _partial_index(schema_editor, name):
+            continue  # swapped by an earlier run that stopped after it
         new = f"{name}_partial"
+        # An earlier run's failed build leaves an INVALID index under this name, which
+        # IF NOT EXISTS would keep: built afresh.
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(new)}")
         schema_editor.execute(
-            f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {quote(new)} ON {quote(table)} "
+            f"CREATE UNIQUE INDEX CONCURRENTLY {quote(new)} ON {quote(table)} "
             f"({quote('queue')}, {quote(column)}) WHERE {quote(column)} IS NOT NULL"
         )
         schema_editor.execute(f"ALTER TABLE {quote(table)} DROP CONSTRAINT IF EXISTS {quote(name)}")
@@ -72,9 +100,12 @@ def backwards(apps: Any, schema_editor: Any) -> None:
         f"ON {quote(table)} ({quote('jid')} varchar_pattern_ops)"
     )
     for name, column in HOLDS:
+        if _constraint(schema_editor, table, name):
+            continue  # swapped back by an earlier run that stopped after it
         full = f"{name}_full"
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(full)}")  # a failed build
         schema_editor.execute(
-            f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {quote(full)} ON {quote(table)} "
+            f"CREATE UNIQUE INDEX CONCURRENTLY {quote(full)} ON {quote(table)} "
             f"({quote('queue')}, {quote(column)})"
         )
         schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
