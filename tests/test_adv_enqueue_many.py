@@ -115,3 +115,19 @@ def test_a_later_payload_error_names_its_index():
     assert caught.value.index == 2
     assert str(caught.value).startswith("jobs[2]: The payload of a ")
     assert Job.objects.count() == 0
+
+
+_PAYLOADS = [None, "null", "a,b", 'q"uo\'te', "back\\slash\\u0041", "é☃😀", {"k": None}, [None],
+             {"a,b": "[1,2]"}, 0, False, "", [], {}, 1.5e300, -0.0, 10**30]
+
+
+def test_bulk_rows_store_each_payload_as_a_single_enqueue_does():
+    from tests.test_enqueue_fast import _raw_row
+
+    many = enqueue_many([{"job_type": JOB_TYPE, "payload": p} for p in _PAYLOADS])
+    singles = [enqueue_job(None, JOB_TYPE, p) for p in _PAYLOADS]
+    for payload, a, b in zip(_PAYLOADS, many, singles, strict=True):
+        row_a, row_b = _raw_row(a["jid"]), _raw_row(b["jid"])
+        assert row_a["payload"] == row_b["payload"], payload
+        assert Job.objects.get(jid=a["jid"]).payload == Job.objects.get(jid=b["jid"]).payload
+        assert len(a["jid"]) == 32 and a["jid"][12] == "4" and a["jid"][16] in "89ab"
