@@ -97,7 +97,7 @@ def build_job(
     if job_id is not None:
         check_text(job_id, "A job id")
     mode, ttl_ms = unique_options(unique_key, unique_mode, unique_ttl_ms)
-    return JobSpec(
+    spec = JobSpec(
         using=jobs_database(),
         queue=queue,
         job_type=job_type,
@@ -118,8 +118,9 @@ def build_job(
         unique_key=unique_key,
         unique_mode=mode,
         unique_ttl_ms=ttl_ms,
-        payload_json=payload_json,
     )
+    object.__setattr__(spec, "payload_json", payload_json)  # see JobSpec.payload_json
+    return spec
 
 
 def create_job(spec: JobSpec) -> EnqueueResult:

@@ -117,8 +117,9 @@ class JobSpec:
     unique_mode: str
     unique_ttl_ms: int
     #: The payload's JSON text, as checked (:func:`~django_jobqueue.validation.json_text`):
-    #: the many-row insert sends it rather than encoding the payload again.
-    payload_json: str | None = field(default=None, compare=False, repr=False)
+    #: the many-row insert sends it rather than encoding the payload again. Not an
+    #: ``__init__`` argument, so ``dataclasses.replace`` (a new payload) drops it.
+    payload_json: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def with_payload(self, payload: Any, payload_json: str) -> JobSpec:
         """Return this spec with another payload, already checked (``payload_json`` is

@@ -117,8 +117,25 @@ def test_a_later_payload_error_names_its_index():
     assert Job.objects.count() == 0
 
 
-_PAYLOADS = [None, "null", "a,b", 'q"uo\'te', "back\\slash\\u0041", "é☃😀", {"k": None}, [None],
-             {"a,b": "[1,2]"}, 0, False, "", [], {}, 1.5e300, -0.0, 10**30]
+_PAYLOADS = [
+    None,
+    "null",
+    "a,b",
+    "q\"uo'te",
+    "back\\slash\\u0041",
+    "é☃😀",
+    {"k": None},
+    [None],
+    {"a,b": "[1,2]"},
+    0,
+    False,
+    "",
+    [],
+    {},
+    1.5e300,
+    -0.0,
+    10**30,
+]
 
 
 def test_bulk_rows_store_each_payload_as_a_single_enqueue_does():

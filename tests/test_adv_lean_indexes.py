@@ -12,6 +12,8 @@ from django_jobqueue.models import Job
 from tests.test_lean_indexes import (
     _constraints,
     _indexes,
+)
+from tests.test_lean_indexes import (
     test_hold_indexes__are_partial_and_unique__no_like_index_on_jid as check_partial,
 )
 

@@ -57,6 +57,7 @@ class ForemanClaims:
     # Of ForemanThreads (annotations only: the mixin must not shadow them).
     wake: Callable[..., None]
     _wake_runners: Callable[[int], None]
+    _unregister: Callable[[_Running], None]  # Foreman
 
     def _next_job(self, worker: str) -> _Running | None:
         """In a runner thread: take a held job, else claim a batch; None: nothing due.
@@ -148,6 +149,15 @@ class ForemanClaims:
         with self._running_lock:
             for running in claimed:
                 self._running[running.job.pk] = running
+        if self._stopping.is_set():
+            # Stopped during the round trip: a forced stop's hand-back may have taken
+            # its snapshot before these were registered, so they go back from here
+            # (a second hand-back of a job is refused by its lease token).
+            for running in claimed:
+                running.ctx.mark_lease_lost()
+                storage.hand_back(running.job, message="handed back at worker shutdown")
+                self._unregister(running)
+            return None
         first = claimed.pop(0) if keep_first else None
         self._inbox.extend(claimed)
         if claimed:

@@ -382,7 +382,9 @@ class Foreman(ForemanClaims, ForemanThreads):
                 if self.burst:
                     self._idle_exit.set()
                     break
-                if self.governor.retire():
+                # While the listener is down every idle slot polls (none retires):
+                # with one poller busy, a job would wait out its whole run.
+                if self.listener.healthy and self.governor.retire():
                     counted = False
                     break
                 if not self.listener.healthy:  # wake-ups may be lost: poll

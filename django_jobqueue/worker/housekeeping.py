@@ -113,11 +113,27 @@ class ForemanThreads:
     # Wake-ups ------------------------------------------------------------------
 
     def wake(self, queue: str = "") -> None:
-        """Wake idle workers now: a job was enqueued (``queue`` is informative)."""
+        """Wake idle workers now: a job was enqueued on ``queue``, or (``""``) jobs of
+        any queue may be due.
+
+        A queue's wake-up (a NOTIFY: one transaction's jobs) wakes one idle runner,
+        which claims what is due and wakes as many more as it left jobs; ``""``
+        (the listener's catch-up or a change of its health, a reap, due schedules)
+        wakes every idle runner, since it may stand for many jobs or a change of
+        how they wait.
+        """
         if self.queues and queue and queue not in self.queues:
             return
         self.governor.woken()
-        self._wake_runners(1)  # it claims what is due, and wakes more if it found more
+        if queue:
+            self._wake_runners(1)  # it claims what is due, and wakes more if it found more
+        else:
+            self._kick()
+
+    def _wake_one(self) -> None:
+        """Wake one idle runner: an in-process enqueue committed."""
+        self.governor.woken()
+        self._wake_runners(1)
 
     def _wake_runners(self, count: int) -> None:
         """Wake up to ``count`` idle runners (a runner about to sleep does not)."""
@@ -140,7 +156,7 @@ class ForemanThreads:
         while not self._done.is_set():
             if wakeup.local_event.wait(0.5):
                 wakeup.local_event.clear()
-                self.wake()
+                self._wake_one()
 
     # Outcomes ------------------------------------------------------------------
 

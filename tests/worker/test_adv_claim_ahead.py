@@ -31,9 +31,7 @@ def foreman(**options: Any) -> Foreman:
 @pytest.mark.parametrize("seed", range(4))
 def test_stop_at_a_random_point_of_a_short_job_drain(force: bool, seed: int) -> None:
     rng = random.Random(seed)
-    enqueue_many(
-        [{"job_type": "worker.record", "payload": {"label": str(i)}} for i in range(600)]
-    )
+    enqueue_many([{"job_type": "worker.record", "payload": {"label": str(i)}} for i in range(600)])
     f = foreman(concurrency=4, shutdown_timeout_ms=3000)
     thread = threading.Thread(target=f.run, kwargs={"install_signals": False})
     thread.start()
