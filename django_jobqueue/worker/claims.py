@@ -24,7 +24,7 @@ from .. import storage
 from ..models import Job
 from .context import JobContext
 from .governor import Governor
-from .options import SHORT_JOB_MS, _Running
+from .options import HOLD_MS, MAX_EXTRA_PER_SLOT, _Running
 
 __all__ = ["ForemanClaims"]
 
@@ -63,7 +63,7 @@ class ForemanClaims:
         """In a runner thread: take a held job, else claim a batch; None: nothing due.
 
         A claim takes at most the free slots plus :attr:`prefetch` (more while jobs
-        are short, see :data:`~.options.SHORT_JOB_MS`), minus jobs already held,
+        are short, see :data:`~.options.HOLD_MS`), minus jobs already held,
         cut to what every limited job type still allows
         (:meth:`Governor.reserve_batch`). A runner that waited for the lock while
         another claim came back short does not claim again: that claim saw the
@@ -96,6 +96,12 @@ class ForemanClaims:
                 return None
             return self._claim_batch(worker, keep_first=True)
 
+    def _extra_prefetch(self) -> int:
+        """Jobs a default-prefetch claim takes beyond :attr:`prefetch`: as many as the
+        recent jobs fit in :data:`~.options.HOLD_MS` across the slots, bounded."""
+        fits = HOLD_MS * self.concurrency / max(self.recent_run_ms, 0.01)
+        return min(MAX_EXTRA_PER_SLOT * self.concurrency, int(fits))
+
     def _take_held(self) -> _Running | None:
         try:
             return self._inbox.popleft()  # atomic: no lock needed
@@ -108,8 +114,8 @@ class ForemanClaims:
         if self._stopping.is_set():
             return None
         prefetch = self.prefetch
-        if self._adaptive_prefetch and self.recent_run_ms < SHORT_JOB_MS:
-            prefetch += self.concurrency
+        if self._adaptive_prefetch:
+            prefetch += self._extra_prefetch()
         # A claim ahead is made by a runner holding a job it has not started: its
         # slot is not free.
         free = self.concurrency - self._busy - (0 if keep_first else 1)

@@ -8,12 +8,19 @@ from dataclasses import dataclass
 from ..models import Job
 from .context import JobContext
 
-__all__ = ["PREFETCH", "SHORT_JOB_MS", "ForemanOptions"]
+__all__ = ["HOLD_MS", "MAX_EXTRA_PER_SLOT", "PREFETCH", "SHORT_JOB_MS", "ForemanOptions"]
 
 #: Default of :attr:`ForemanOptions.prefetch`.
 PREFETCH = 1
-#: Jobs shorter than this on average (ms) let a default-prefetch claim take up to
-#: ``concurrency`` more (:class:`~.foreman.Foreman`).
+#: With the default prefetch, how long (ms) a job held in memory may wait for a slot,
+#: on average: a claim takes that many more jobs than the free slots as the
+#: foreman's recent jobs fit in this time across its slots, at most
+#: :data:`MAX_EXTRA_PER_SLOT` per slot. No-op jobs (0.2 ms) then fill a claim round
+#: trip (12 more at concurrency 4); 10 ms jobs at concurrency 4 take none.
+HOLD_MS = 2
+#: Most extra jobs per worker slot a default-prefetch claim takes.
+MAX_EXTRA_PER_SLOT = 3
+#: Assumed run time (ms) of a foreman's jobs before it has run any.
 SHORT_JOB_MS = 5
 
 
@@ -45,8 +52,8 @@ class ForemanOptions:
     #: Middleware dotted paths; None: ``JOBQUEUE["MIDDLEWARE"]``.
     middleware: tuple[str, ...] | None = None
     #: Jobs a claim may take beyond the free slots, held (and heartbeated) until a
-    #: slot is free; None: :data:`PREFETCH`, plus up to ``concurrency`` while the
-    #: foreman's recent jobs ran under :data:`SHORT_JOB_MS` on average.
+    #: slot is free; None: :data:`PREFETCH`, plus as many as the foreman's recent
+    #: jobs fit in :data:`HOLD_MS` across its slots (see there).
     prefetch: int | None = None
     #: Store successes in batches (:class:`~.completer.Completer`).
     batch_completions: bool = True

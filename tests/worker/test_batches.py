@@ -121,21 +121,21 @@ def test_foreman__default_prefetch__grows_with_short_jobs_only() -> None:
     # The default prefetch takes up to `concurrency` more jobs per claim while the
     # recent jobs were short (a few ms at most in memory), and no more once they are
     # long: a held job then waits a whole job's time.
-    from django_jobqueue.worker.options import SHORT_JOB_MS
+    from django_jobqueue.worker.options import HOLD_MS, MAX_EXTRA_PER_SLOT
 
     for i in range(60):
         enqueue_job(None, "worker.record", {"label": str(i)})
     short = foreman(concurrency=2)
     assert short.run(install_signals=False) == {"done": 60}
-    assert 2 + 1 < short.largest_claim <= 2 + 1 + 2
+    assert 2 + 1 < short.largest_claim <= 2 + 1 + MAX_EXTRA_PER_SLOT * 2
     assert RunRecord.objects.count() == 60
 
     for _ in range(12):
-        enqueue_job(None, "worker.sleep", {"s": (SHORT_JOB_MS * 3) / 1000})
+        enqueue_job(None, "worker.sleep", {"s": (HOLD_MS * 2 * 3) / 1000})
     slow = foreman(concurrency=2)
     assert slow.run(install_signals=False) == {"done": 12}
     assert slow.largest_claim <= 2 + 1
-    assert slow.recent_run_ms > SHORT_JOB_MS
+    assert slow.recent_run_ms > HOLD_MS * 2  # longer than the hold across the 2 slots
 
 
 def test_foreman__a_failed_claim__early_or_not__loses_no_held_job(monkeypatch: Any) -> None:
