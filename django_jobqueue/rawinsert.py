@@ -510,7 +510,7 @@ def _insert_columns(
 
 
 def _uniform(column: list[Any]) -> bool:
-    """Whether every value of ``column`` equals its first (wrapped JSON never does).
+    """Whether every value of ``column`` equals its first (payloads: their JSON texts).
 
     Datetimes also by their UTC offset: the two readings of a wall time a DST change
     repeats (``fold``) compare equal in the same zone, yet are an hour apart.

@@ -12,19 +12,11 @@ import pytest
 
 from django_jobqueue import enqueue_many
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 from tests.testapp.jobtypes import worker as worker_jobs
 from tests.testapp.models import RunRecord
-from tests.worker.test_runner_chain import check_once_and_nothing_leased
+from tests.worker.test_runner_chain import check_once_and_nothing_leased, foreman
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def foreman(**options: Any) -> Foreman:
-    options.setdefault("min_sleep_ms", 5)
-    options.setdefault("max_sleep_ms", 50)
-    options.setdefault("ramp_time_ms", 0)
-    return Foreman(ForemanOptions(**options))
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["stop", "forced"])
