@@ -44,7 +44,7 @@ def _warm_up(f: Foreman, n: int) -> None:
     time.sleep(3)  # every runner now sleeps seconds at a time
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'")
+@pytest.mark.vendor("postgresql")
 def test_listener_down__every_idle_runner_polls(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the LISTEN session is lost, listen() marks the health down and calls
     on_wakeup("") "so sleeping workers go over to polling at MIN_SLEEP_MS". That
