@@ -305,11 +305,9 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
         return _complete_rows_pg(using, items)
     table = _q(using, Job._meta.db_table)
     result_field = Job._meta.get_field("result")
-    if vendor == "postgresql":
-        now, plus, then_json = "STATEMENT_TIMESTAMP()", "{now} + %s", "%s::jsonb"
-    elif vendor == "mysql":
+    if vendor == "mysql":
         now, plus, then_json = "CURRENT_TIMESTAMP(6)", "{now} + INTERVAL %s MICROSECOND", "%s"
-    else:
+    else:  # sqlite (PostgreSQL went to _complete_rows_pg above)
         now, plus, then_json = "%s", "%s", "%s"
     stamp = _sqlite_now(using) if vendor == "sqlite" else None
     now_params = [stamp] if stamp is not None else []
@@ -398,8 +396,15 @@ def _complete_rows_pg(using: str, items: Sequence[tuple[Job, Any, timedelta | No
         "WHERE j.id = u.id AND j.status = %s AND j.rerun = false AND j.lease_token = u.token "
         "RETURNING j.id"
     )
-    params = [JobStatus.DONE, unique.UNTIL_EXECUTED, ids, tokens, results, holds]
-    params.append(JobStatus.PROCESSING)
+    params = [
+        JobStatus.DONE,
+        unique.UNTIL_EXECUTED,
+        ids,
+        tokens,
+        results,
+        holds,
+        JobStatus.PROCESSING,
+    ]
     with prepared.cursor(connections[using]) as cursor:  # the same text every flush
         cursor.execute(sql, params)
         return {row[0] for row in cursor.fetchall()}

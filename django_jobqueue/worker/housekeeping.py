@@ -124,14 +124,15 @@ class ForemanThreads:
         """
         if self.queues and queue and queue not in self.queues:
             return
-        self.governor.woken()
         if queue:
-            self._wake_runners(1)  # it claims what is due, and wakes more if it found more
+            self._wake_one()
         else:
+            self.governor.woken()
             self._kick()
 
     def _wake_one(self) -> None:
-        """Wake one idle runner: an in-process enqueue committed."""
+        """Wake one idle runner (a queue's NOTIFY, an in-process enqueue): it claims
+        what is due, and wakes more if it found more."""
         self.governor.woken()
         self._wake_runners(1)
 
