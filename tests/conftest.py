@@ -7,6 +7,8 @@ it); fixtures for the app's own objects follow below them.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -164,3 +166,30 @@ def _fresh_stats_state() -> Any:
     yield
     create_stats.clear()
     clear_totals_cache()
+
+
+#: How long a test's end waits for the worker threads it started, in seconds.
+RUNNER_GRACE_S = 30.0
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_thread_outlives_its_test() -> Any:
+    """End every test only once the foreman worker threads it started have ended.
+
+    A forced stop hands running jobs back without waiting for their handlers, and a
+    timed-out handler's thread is abandoned: those threads run on after the
+    foreman returns. A late write of one (a ``RunRecord`` row, say) must not land
+    in the next test's tables, where it would read as a run of that test's. The
+    wait comes before the database's flush (pytest-django's fixtures are set up
+    first, so torn down last); a thread still alive after :data:`RUNNER_GRACE_S`
+    fails the test that left it.
+    """
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + RUNNER_GRACE_S
+    started = [t for t in threading.enumerate() if t not in before]
+    workers = [t for t in started if t.name.startswith("jq-worker-")]
+    for thread in workers:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    alive = sorted(t.name for t in workers if t.is_alive())
+    assert not alive, f"worker threads still running {RUNNER_GRACE_S:.0f} s after the test: {alive}"
