@@ -77,3 +77,58 @@ def test_claimed_times__are_aware_and_match_the_orm() -> None:
     assert job.started_at == stored.started_at
     assert job.lease_expires_at == stored.lease_expires_at
     assert job.created_at.astimezone(UTC) == stored.created_at.astimezone(UTC)
+
+
+def test_kept_cursor__one_per_session_reused_and_free_after_each_use() -> None:
+    connection.close()
+    with prepared.cursor(connection) as first:
+        first.execute("SELECT 1")
+        # A use inside the kept cursor's gets a cursor of its own.
+        with prepared.cursor(connection) as inner:
+            inner.execute("SELECT 2")
+            assert inner is not first
+            assert inner.fetchone() == (2,)
+        assert first.fetchone() == (1,)
+    assert not first.cursor.closed
+    for n in range(3):
+        enqueue_job("prep", JOB_TYPE, {"n": n})
+    with prepared.cursor(connection) as again:
+        assert again is first
+    assert Job.objects.filter(queue="prep").count() == 3
+
+
+def test_kept_cursor__an_error_closes_it_and_the_next_use_makes_another() -> None:
+    from django.db import IntegrityError
+
+    enqueue_job("prep", JOB_TYPE, {"n": 1})
+    jid = Job.objects.get(queue="prep").jid
+    with prepared.cursor(connection) as kept:
+        pass
+    with pytest.raises(IntegrityError), prepared.cursor(connection) as cursor:
+        assert cursor is kept
+        cursor.execute(  # the jid's unique index refuses a second row
+            "INSERT INTO django_jobqueue_job (jid, queue, job_type) "
+            "SELECT %s, queue, job_type FROM django_jobqueue_job WHERE jid = %s",
+            [jid, jid],
+        )
+    assert kept.cursor.closed
+    enqueue_job("prep", JOB_TYPE, {"n": 2})
+    with prepared.cursor(connection) as cursor:
+        assert cursor is not kept
+    assert Job.objects.filter(queue="prep").count() == 2
+
+
+def test_kept_cursor__a_new_session_gets_a_new_one_and_captures_still_see_statements() -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    with prepared.cursor(connection) as kept:
+        pass
+    connection.close()
+    enqueue_job("prep", JOB_TYPE, {"n": 1})
+    with prepared.cursor(connection) as cursor:
+        assert cursor is not kept
+        assert cursor.cursor.connection is connection.connection
+    with CaptureQueriesContext(connection) as captured:
+        enqueue_job("prep", JOB_TYPE, {"n": 2})
+    assert [q["sql"] for q in captured.captured_queries if "INSERT" in q["sql"]]
+    assert Job.objects.filter(queue="prep").count() == 2
