@@ -189,8 +189,8 @@ def check_transaction(using: str) -> None:
         If no transaction is open on ``using`` but one is open on another alias: the
         job would not roll back with the caller's data.
     """
-    if connections[using].in_atomic_block:
-        return
+    if connections[using].in_atomic_block or len(connections.settings) < 2:
+        return  # no other database to hold the caller's transaction
     for conn in connections.all(initialized_only=True):
         if conn.alias != using and conn.in_atomic_block:
             raise WrongDatabase(

@@ -59,8 +59,8 @@ def test_listener_down__every_idle_runner_polls(monkeypatch: pytest.MonkeyPatch)
         f.listener.mark_down()
         f.wake("")
         # From now on the enqueues are unheard (another process, no NOTIFY).
-        monkeypatch.setattr(rawinsert, "wakes_by_notify", lambda using: False)
-        monkeypatch.setattr(rawinsert, "wake_local", lambda using: None)
+        monkeypatch.setattr(rawinsert, "wakes_by_notify", lambda using, conn=None: False)
+        monkeypatch.setattr(rawinsert, "wake_local", lambda using, conn=None: None)
         enqueue_job(None, "worker.sleep", {"s": 2.5, "label": "long"})
         assert _started("long", 2) is not None  # the woken runner polls and takes it
         sent = time.monotonic()
