@@ -157,6 +157,12 @@ class Foreman(ForemanClaims, ForemanThreads):
         #: wake as many as there are jobs (:meth:`_wake_runners`), not all of them.
         self._work = threading.Condition(lock)
         self._wake_gen = 0
+        #: Runners asleep in :meth:`_wait_for_work` now: while one is, a wake-up or a
+        #: found job is its to take, and the dispatcher spawns no slot for it.
+        self._idle_runners = 0
+        #: A wake-up found no idle runner for its jobs: a slot is wanted, whatever the
+        #: last claim found (cleared by the next claim, idle runner or slot).
+        self._slot_asked = False
         #: Wakes the dispatcher (the main thread) only when it has something to do:
         #: a slot to spawn, a stop. Every claim of several jobs kicks the idle slots,
         #: and waking the dispatcher there too cost a tenth of a drain's GIL time.
@@ -205,10 +211,15 @@ class Foreman(ForemanClaims, ForemanThreads):
         """An idle runner's sleep: up to ``seconds``, or until a wake-up after
         generation ``gen``, a stop, or jobs left by another runner's claim."""
         with self._work:
-            self._work.wait_for(
-                lambda: self._wake_gen != gen or self._stopping.is_set() or bool(self._inbox),
-                timeout=seconds,
-            )
+            self._idle_runners += 1
+            self._slot_asked = False  # a runner to spare: no slot wanted
+            try:
+                self._work.wait_for(
+                    lambda: self._wake_gen != gen or self._stopping.is_set() or bool(self._inbox),
+                    timeout=seconds,
+                )
+            finally:
+                self._idle_runners -= 1
 
     def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -301,10 +312,31 @@ class Foreman(ForemanClaims, ForemanThreads):
                         return
                 self._idle_exit.clear()
                 self.governor.found_job()
-            while not self._stopping.is_set() and self.governor.spawn():
+            while not self._stopping.is_set() and self._slot_wanted() and self.governor.spawn():
+                self._slot_asked = False
                 self._start_slot()
             self._dispatch_wake.wait(tick)
             self._dispatch_wake.clear()
+
+    def _slot_wanted(self) -> bool:
+        """Whether a slot more would find work (the governor still decides when).
+
+        Not while a runner sleeps idle: a lone job's wake-up is that runner's, and a
+        slot started for it (a thread and a database session) would find nothing
+        and retire, at every job of a trickle. Else when none runs yet, jobs are
+        held, the last claim took all it asked for (more may be due), a wake-up
+        found no idle runner, or wake-ups may be lost (the listener is down: then
+        every found job may mean more, as seed 004's governor has it).
+        """
+        if self._idle_runners:
+            return False
+        return (
+            self.governor.workers == 0
+            or bool(self._inbox)
+            or not self._last_claim_short
+            or self._slot_asked
+            or not self.listener.healthy
+        )
 
     def _anything_due(self) -> bool:
         return retry_on_disconnect(self.using, self._due_exists)
@@ -473,7 +505,7 @@ class Foreman(ForemanClaims, ForemanThreads):
             worker,
         )
         self.governor.found_job()
-        if self.governor.workers < self.concurrency:
+        if self.governor.workers < self.concurrency and self._slot_wanted():
             self._dispatch_wake.set()  # demand: the dispatcher may spawn a slot
         now = time.monotonic()
         running.started, running.deadline = now, now + job.timeout_ms / 1000

@@ -99,6 +99,8 @@ class ForemanThreads:
     _cond: threading.Condition
     _work: threading.Condition
     _wake_gen: int
+    _idle_runners: int
+    _slot_asked: bool
     _dispatch_wake: threading.Event
     _stopping: threading.Event
     _making_due: threading.RLock
@@ -141,8 +143,14 @@ class ForemanThreads:
         with self._work:
             self._wake_gen += 1
             self._work.notify(count)
-        if self.governor.workers < self.concurrency:
-            self._dispatch_wake.set()  # room for another slot
+            idle = self._idle_runners
+        if self.governor.workers < self.concurrency and idle < count:
+            # More jobs than idle runners: a slot is wanted, unless a claim or an
+            # idle runner says otherwise before the dispatcher's next tick. (On
+            # PostgreSQL an in-process enqueue wakes twice, by its event and by its
+            # NOTIFY: the second finds the first's runner awake, and must not start
+            # a slot for a job that runner is claiming.)
+            self._slot_asked = True
 
     def _kick(self) -> None:
         """Wake every waiting thread: idle runners, back-offs, the dispatcher."""

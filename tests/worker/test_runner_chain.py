@@ -79,3 +79,32 @@ def test_burst_with_timeouts_in_the_chain__each_job_once_and_burst_ends(break_ms
     )
     assert set(runs) == set(jids)
     assert f.governor.workers == 0
+
+
+def test_a_trickle_of_jobs__is_the_idle_runners_and_spawns_no_slot_per_job() -> None:
+    """A job enqueued while a runner sleeps idle is that runner's: no slot (a thread
+    and a database session) is started for it, to find nothing and retire."""
+    f = foreman(concurrency=4, max_sleep_ms=2000)
+    thread = threading.Thread(target=f.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while f._idle_runners == 0:  # the first slot, asleep
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        first = f._slot_seq
+        for i in range(40):
+            enqueue_job(None, "worker.record", {"label": f"trickle{i}"})
+            time.sleep(0.03)
+        deadline = time.monotonic() + 20
+        while RunRecord.objects.filter(label__startswith="trickle").count() < 40:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        spawned = f._slot_seq - first
+    finally:
+        f.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    check_once_and_nothing_leased()
+    # One runner takes each job; a slot now and then when a wake-up finds it busy.
+    assert spawned <= 10, f"{spawned} slots started for 40 jobs, one at a time"
