@@ -50,7 +50,7 @@ class ForemanClaims:
     _claim_lock: threading.Lock
     _claim_seq: int
     _last_claim_short: bool
-    _slot_asked: bool
+    _slot_asked: float
     _stopping: threading.Event
     _running: dict[int, _Running]
     _running_lock: threading.Lock
@@ -145,7 +145,7 @@ class ForemanClaims:
             self.wake()  # claim again: others may be due behind them
         self._claim_seq += 1
         self._last_claim_short = len(jobs) + len(over) < want
-        self._slot_asked = False  # this claim now says whether more are due
+        self._slot_asked = 0.0  # this claim now says whether more are due
         self.claims += 1
         self.largest_claim = max(self.largest_claim, len(jobs))
         if not jobs:

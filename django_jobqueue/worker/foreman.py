@@ -160,9 +160,10 @@ class Foreman(ForemanClaims, ForemanThreads):
         #: Runners asleep in :meth:`_wait_for_work` now: while one is, a wake-up or a
         #: found job is its to take, and the dispatcher spawns no slot for it.
         self._idle_runners = 0
-        #: A wake-up found no idle runner for its jobs: a slot is wanted, whatever the
-        #: last claim found (cleared by the next claim, idle runner or slot).
-        self._slot_asked = False
+        #: When (``time.monotonic()``) a wake-up found no idle runner for its jobs,
+        #: else 0.0: a slot is wanted once the ask is a dispatcher tick old, whatever
+        #: the last claim found (cleared by the next claim, idle runner or slot).
+        self._slot_asked = 0.0
         #: Wakes the dispatcher (the main thread) only when it has something to do:
         #: a slot to spawn, a stop. Every claim of several jobs kicks the idle slots,
         #: and waking the dispatcher there too cost a tenth of a drain's GIL time.
@@ -212,7 +213,7 @@ class Foreman(ForemanClaims, ForemanThreads):
         generation ``gen``, a stop, or jobs left by another runner's claim."""
         with self._work:
             self._idle_runners += 1
-            self._slot_asked = False  # a runner to spare: no slot wanted
+            self._slot_asked = 0.0  # a runner to spare: no slot wanted
             try:
                 self._work.wait_for(
                     lambda: self._wake_gen != gen or self._stopping.is_set() or bool(self._inbox),
@@ -299,8 +300,13 @@ class Foreman(ForemanClaims, ForemanThreads):
         logger.info("foreman stopped name=%s stats=%s", self.name, self.stats)
         return dict(self.stats)
 
+    @property
+    def _dispatch_tick_s(self) -> float:
+        """The dispatcher's period, in seconds: the ramp time, at least 10 ms."""
+        return max(self.ramp_time_ms, 10) / 1000
+
     def _dispatch(self) -> None:
-        tick = max(self.ramp_time_ms, 10) / 1000
+        tick = self._dispatch_tick_s
         while not self._stopping.is_set():
             if self.burst and self._idle_exit.is_set() and self.governor.workers == 0:
                 # Every worker went idle: done unless something became due meanwhile
@@ -313,7 +319,7 @@ class Foreman(ForemanClaims, ForemanThreads):
                 self._idle_exit.clear()
                 self.governor.found_job()
             while not self._stopping.is_set() and self._slot_wanted() and self.governor.spawn():
-                self._slot_asked = False
+                self._slot_asked = 0.0
                 self._start_slot()
             self._dispatch_wake.wait(tick)
             self._dispatch_wake.clear()
@@ -325,16 +331,21 @@ class Foreman(ForemanClaims, ForemanThreads):
         slot started for it (a thread and a database session) would find nothing
         and retire, at every job of a trickle. Else when none runs yet, jobs are
         held, the last claim took all it asked for (more may be due), a wake-up
-        found no idle runner, or wake-ups may be lost (the listener is down: then
-        every found job may mean more, as seed 004's governor has it).
+        found no idle runner a dispatcher tick ago and no claim or idle runner
+        since, or wake-ups may be lost (the listener is down: then every found job
+        may mean more, as seed 004's governor has it). The tick's wait lets a busy
+        runner's next claim take the job of a wake-up: on PostgreSQL an in-process
+        enqueue wakes twice (its event, its NOTIFY), and the second finds the first's
+        runner awake with that very job.
         """
         if self._idle_runners:
             return False
+        asked = self._slot_asked
         return (
             self.governor.workers == 0
             or bool(self._inbox)
             or not self._last_claim_short
-            or self._slot_asked
+            or (asked > 0 and time.monotonic() - asked >= self._dispatch_tick_s)
             or not self.listener.healthy
         )
 

@@ -100,7 +100,7 @@ class ForemanThreads:
     _work: threading.Condition
     _wake_gen: int
     _idle_runners: int
-    _slot_asked: bool
+    _slot_asked: float
     _dispatch_wake: threading.Event
     _stopping: threading.Event
     _making_due: threading.RLock
@@ -146,11 +146,9 @@ class ForemanThreads:
             idle = self._idle_runners
         if self.governor.workers < self.concurrency and idle < count:
             # More jobs than idle runners: a slot is wanted, unless a claim or an
-            # idle runner says otherwise before the dispatcher's next tick. (On
-            # PostgreSQL an in-process enqueue wakes twice, by its event and by its
-            # NOTIFY: the second finds the first's runner awake, and must not start
-            # a slot for a job that runner is claiming.)
-            self._slot_asked = True
+            # idle runner says otherwise within a dispatcher tick (Foreman._slot_wanted).
+            if not self._slot_asked:
+                self._slot_asked = time.monotonic()
 
     def _kick(self) -> None:
         """Wake every waiting thread: idle runners, back-offs, the dispatcher."""
