@@ -292,10 +292,15 @@ def new_jids(count: int) -> list[str]:
 _plans: dict[tuple[str, str], _Plan] = {}
 
 
+def _connection(using: str, conn: Any) -> Any:
+    """``conn`` when the caller passed ``using``'s connection, else the lookup."""
+    return conn if conn is not None else connections[using]
+
+
 def insert_plan(using: str, conn: Any = None) -> _Plan:
     """The insert plan of alias ``using`` (made once per alias and vendor); ``conn``:
     its connection, when the caller has it."""
-    key = (using, (conn if conn is not None else connections[using]).vendor)
+    key = (using, _connection(using, conn).vendor)
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _Plan(using)
@@ -315,14 +320,13 @@ def _payload_param(field: Any, spec: Any, conn: Any) -> Any:
 def wakes_by_notify(using: str, conn: Any = None) -> bool:
     """Whether a due job's insert on ``using`` carries a ``pg_notify``; ``conn``: its
     connection, when the caller has it."""
-    vendor = (conn if conn is not None else connections[using]).vendor
-    return vendor == "postgresql" and get_config().NOTIFY
+    return _connection(using, conn).vendor == "postgresql" and get_config().NOTIFY
 
 
 def wake_local(using: str, conn: Any = None) -> None:
     """Set :data:`~django_jobqueue.wakeups.local_event` once ``using``'s transaction
     commits; ``conn``: its connection, when the caller has it."""
-    if (conn if conn is not None else connections[using]).in_atomic_block:
+    if _connection(using, conn).in_atomic_block:
         transaction.on_commit(local_event.set, using=using)
     elif not local_event.is_set():  # autocommit: committed already, as on_commit would
         local_event.set()
