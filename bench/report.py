@@ -13,6 +13,7 @@ shape (every key optional; a missing figure prints as an em dash)::
      "drain": {db: {"layouts": {"1x4": {"median": 900.0, "steady_median": 1200.0}, ...},
                     "statements_per_job": {"total": 0.5, "server_transactions_per_job": 0.4}}},
      "pickup": {db: {"p50_ms": 1.5, "p95_ms": 2.5, "p99_ms": 4.0}},
+     "pickup_floor": {"p50_ms": 1.2, "p95_ms": 2.0, "p99_ms": 3.0},  # PostgreSQL
      "big": {"sizes": {"10000": {"rate": 900.0}, "1000000": {"rate": 850.0}}, "ratio": 0.94},
      "profile": {"file": "...", "samples": 1234, "top_self": [["frame", 0.12], ...]},
      "errors": ["drain on mariadb: ..."]}
@@ -74,9 +75,15 @@ def rows(results: dict[str, Any]) -> list[tuple[str, list[str]]]:
     def drain(layout: str, key: str) -> Any:
         return lambda db: rate(_get(results, "drain", db, "layouts", layout, key))
 
-    def pickup(db: str) -> str:
-        found = [_get(results, "pickup", db, f"p{q}_ms") for q in (50, 95, 99)]
+    def percentiles(*path: str) -> str:
+        found = [_get(results, *path, f"p{q}_ms") for q in (50, 95, 99)]
         return DASH if all(v is None for v in found) else " / ".join(ms(v) for v in found)
+
+    def pickup(db: str) -> str:
+        return percentiles("pickup", db)
+
+    def floor(db: str) -> str:
+        return percentiles("pickup_floor") if db == "postgres" else DASH
 
     sizes = sorted(int(size) for size in (_get(results, "big", "sizes") or {}))
 
@@ -109,6 +116,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, list[str]]]:
             ),
         ),
         ("pickup p50 / p95 / p99 ms (PostgreSQL: NOTIFY; others: polling)", per_db(pickup)),
+        ("pickup floor, plain psycopg without a queue, p50 / p95 / p99 ms", per_db(floor)),
     ]
     for size in sizes:
         table.append((f"drain 1x4 with {size:,} waiting (jobs/s)", per_db(big(size))))
@@ -170,6 +178,11 @@ How it was measured (`make bench`, bench/run.py; every script is in bench/):
   wakes the worker by LISTEN/NOTIFY; MariaDB and SQLite have no wake-up across
   processes, so theirs is the polling of `runworkers`' defaults (MIN_SLEEP_MS to
   MAX_SLEEP_MS).
+- Pickup floor (bench/pickup_floor.py, PostgreSQL): the same spaced enqueues and
+  pickup in plain psycopg, no Django and no threads: an INSERT with its `pg_notify` in
+  one statement, and in the listening process one claiming `UPDATE ... SKIP LOCKED
+  RETURNING` per notification, on a narrow table. Two synchronous commits and the
+  wake-ups between processes: what a LISTEN/NOTIFY queue cannot go under here.
 - Big table (bench/bigdrain.py, PostgreSQL): the waiting jobs are inserted by one
   `INSERT ... SELECT generate_series`; `runworkers` 1 x 4 drains them and the rate is
   taken between 10% and 90% of the measured jobs.

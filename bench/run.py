@@ -13,7 +13,8 @@ its own process on a scratch database (bench/common.py's, bench/enqueue.py's)::
 2. bench/drain.py per database: ``runworkers --burst`` at 1 x 4 and 4 x 1 (median of
    the rounds) and statements per drained job, then on PostgreSQL a drain under
    ``py-spy record`` whose collapsed stacks are saved beside the results;
-3. bench/pickup.py per database (LISTEN/NOTIFY on PostgreSQL, polling elsewhere);
+3. bench/pickup.py per database (LISTEN/NOTIFY on PostgreSQL, polling elsewhere), and
+   on PostgreSQL bench/pickup_floor.py: the same pickup in plain psycopg, no queue;
 4. bench/bigdrain.py on PostgreSQL: 10,000 against 1,000,000 waiting.
 
 It prints the table (bench/report.py), writes ``.artifacts/bench/results-<UTC
@@ -221,6 +222,14 @@ def run(config: dict[str, Any], stamp: str) -> dict[str, Any]:
         )
         if found is not None:
             results["pickup"][db] = found
+        if db == "postgres":
+            found = attempt(
+                lambda args=args: phase(
+                    "pickup floor on postgres", "pickup_floor.py", *args[2:], timeout=600
+                ),
+            )
+            if found is not None:
+                results["pickup_floor"] = found
     if config["big"] and "postgres" in config["databases"]:
         args = [f"--waiting={size}" for size in config["big"]]
         args += ["--measure", str(config["measure"])]

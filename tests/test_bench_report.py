@@ -39,6 +39,7 @@ RESULTS = {
         "sqlite": {"layouts": {"1x4": {"median": 255.0, "steady_median": 300.0}}},
     },
     "pickup": {"postgres": {"p50_ms": 1.62, "p95_ms": 2.5, "p99_ms": 4.54}},
+    "pickup_floor": {"db": "postgres", "p50_ms": 1.21, "p95_ms": 1.96, "p99_ms": 3.04},
     "big": {"sizes": {"10000": {"rate": 2000.0}, "1000000": {"rate": 1880.0}}, "ratio": 0.94},
     "profile": {"top_self": [["execute (django/db/backends/utils.py)", 0.125]]},
 }
@@ -74,6 +75,11 @@ def test_table_has_one_column_per_database_and_dashes_for_missing_figures():
         "—",
         "—",
     ]
+    assert cells(table, "pickup floor, plain psycopg without a queue, p50 / p95 / p99 ms") == [
+        "1.2 / 2.0 / 3.0",
+        "—",
+        "—",
+    ]
     assert cells(table, "drain 1x4 with 10,000 waiting (jobs/s)") == ["2,000", "—", "—"]
     assert cells(table, "drain 1x4 with 1,000,000 waiting (jobs/s)") == ["1,880", "—", "—"]
     assert cells(table, "ratio 1,000,000 / 10,000 waiting") == ["0.94", "—", "—"]
@@ -82,6 +88,9 @@ def test_table_has_one_column_per_database_and_dashes_for_missing_figures():
 def test_table_of_an_empty_run_and_a_skipped_big_table():
     table = report.render_table({"big_skipped": True})
     assert cells(table, "enqueue, 1 job per transaction (jobs/s)") == ["—", "—", "—"]
+    assert (
+        cells(table, "pickup floor, plain psycopg without a queue, p50 / p95 / p99 ms") == ["—"] * 3
+    )
     assert cells(table, "drain with 1,000,000 waiting") == ["skipped (BENCH_BIG=0)"] * 3
 
 
