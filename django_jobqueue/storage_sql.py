@@ -7,12 +7,12 @@ keep the ORM versions' guarantees exactly:
 
 - **Claim.** PostgreSQL: one ``UPDATE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY
   priority, run_at, id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING`` (the inner
-  select walks the claim index). The ``ARRAY(...)`` makes the locking select an
-  init plan, run once: as ``id IN (SELECT ...)`` the planner may put it on the inner
-  side of a nested-loop semi join and run it again for each outer row, and each run
-  skips the rows this very statement has just updated and locks the next ``n``: one
-  claim of ``LIMIT 3`` took all 5,000 due jobs once the table's statistics favoured
-  that plan. SQLite 3.35+: ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)
+  select walks the claim index, the update the primary key). ``ARRAY(...)`` makes
+  the locking select an init plan, run once: as ``id IN (SELECT ...)`` the planner
+  may put it on the inner side of a nested-loop semi join and run it again for each
+  outer row, and each run skips the rows this very statement has just updated and
+  locks the next ``n``: one claim of ``LIMIT 17`` took all 5,000 due jobs once the
+  table's statistics favoured that plan. SQLite 3.35+: ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)
   RETURNING`` without row locks (one write statement is atomic there, and its
   ``IN`` list is built once). MariaDB/MySQL have no
   ``UPDATE ... RETURNING``: one ``SELECT <columns>, CURRENT_TIMESTAMP(6) ... FOR
@@ -164,29 +164,35 @@ def claim_rows(
     if vendor == "postgresql":
         now = "STATEMENT_TIMESTAMP()"
         set_params: list[Any] = [owner, token, lease]
-        lease_sql, skip = f"{now} + %s", " FOR UPDATE SKIP LOCKED"
+        lease_sql = f"{now} + %s"
+        # ARRAY(...): the locking select runs once (see the module's docstring). The
+        # rows it locked are waiting (a row changed meanwhile fails its re-check and
+        # is not locked), so the UPDATE finds them by primary key alone: with a
+        # "waiting" test of its own the planner may scan every waiting row instead.
+        guard, pick, picked = "", "= ANY(ARRAY(", " FOR UPDATE SKIP LOCKED))"
+        guard_params: list[Any] = []
         now_params: list[Any] = []
-    else:  # sqlite
+    else:  # sqlite: one write statement at a time, no row locks
         stamp = _sqlite_now(using)
-        now, lease_sql, skip = "%s", "%s", ""
+        now, lease_sql = "%s", "%s"
         set_params = [owner, token, _sqlite_now(using, lease), stamp, stamp, stamp]
+        guard, pick, picked = "waiting = %s AND ", "IN (", ")"
+        guard_params = [True]
         now_params = [stamp]
     times = f"heartbeat_at = {now}, started_at = {now}, updated_at = {now}"
-    # PostgreSQL: ARRAY(...) runs the locking select once (see the module's docstring).
-    pick, picked = ("= ANY(ARRAY(", "))") if vendor == "postgresql" else ("IN (", ")")
     sql = (
         f"UPDATE {table} SET status = %s, waiting = %s, attempt = attempt + 1, "
         f"lease_owner = %s, lease_token = %s, lease_expires_at = {lease_sql}, {times}, "
-        f"{release} WHERE waiting = %s AND id {pick}SELECT id FROM {table} "
+        f"{release} WHERE {guard}id {pick}SELECT id FROM {table} "
         f"WHERE waiting = %s AND run_at <= {now}{filters} "
-        f"ORDER BY priority, run_at, id LIMIT %s{skip}{picked} RETURNING {_columns(using)}"
+        f"ORDER BY priority, run_at, id LIMIT %s{picked} RETURNING {_columns(using)}"
     )
     params = [
         JobStatus.PROCESSING,
         False,
         *set_params,
         unique.UNTIL_EXECUTING,
-        True,
+        *guard_params,
         True,
         *now_params,
         *filter_params,
