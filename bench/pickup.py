@@ -29,6 +29,23 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def print_report(db: str, label: str, latencies: list[float]) -> None:
+    """Print ``latencies`` (ms) as p50/p95/p99, then the JSON line bench/run.py reads."""
+    report = {
+        "db": db,
+        "jobs": len(latencies),
+        "p50_ms": percentile(latencies, 0.50),
+        "p95_ms": percentile(latencies, 0.95),
+        "p99_ms": percentile(latencies, 0.99),
+        "mean_ms": statistics.fmean(latencies),
+    }
+    print(
+        f"{db} {label} ms: p50 {report['p50_ms']:.2f}  p95 {report['p95_ms']:.2f}  "
+        f"p99 {report['p99_ms']:.2f}"
+    )
+    print(json.dumps(report))
+
+
 def main() -> None:
     """Run the worker, enqueue spaced jobs, print the latency percentiles and JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -67,19 +84,7 @@ def main() -> None:
     latencies = [
         (result - sent[jid]) * 1000 for jid, result in Job.objects.values_list("jid", "result")
     ]
-    report = {
-        "db": args.db,
-        "jobs": args.jobs,
-        "p50_ms": percentile(latencies, 0.50),
-        "p95_ms": percentile(latencies, 0.95),
-        "p99_ms": percentile(latencies, 0.99),
-        "mean_ms": statistics.fmean(latencies),
-    }
-    print(
-        f"{args.db} pickup ms: p50 {report['p50_ms']:.2f}  p95 {report['p95_ms']:.2f}  "
-        f"p99 {report['p99_ms']:.2f}"
-    )
-    print(json.dumps(report))
+    print_report(args.db, "pickup", latencies)
 
 
 if __name__ == "__main__":

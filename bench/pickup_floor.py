@@ -22,13 +22,12 @@ latency at full speed. Prints p50/p95/p99 in ms, then the JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
-import statistics
 import time
 from typing import Any
 
 from common import URLS, create_database
+from pickup import print_report
 
 TABLE = "bench_pickup_floor"
 CHANNEL = "bench_pickup_floor"
@@ -42,12 +41,6 @@ ENQUEUE = (
     "VALUES ('queued', %s, '{}') RETURNING id) "
     f"SELECT pg_notify('{CHANNEL}', 'default') FROM row"
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Return the ``q`` quantile (0..1) of ``values``, nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def listener(dsn: str, jobs: int, ready: Any, results: Any) -> None:
@@ -104,19 +97,7 @@ def main() -> None:
             conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
     if len(pickups) < args.jobs:
         raise SystemExit(f"only {len(pickups)} of {args.jobs} rows were claimed")
-    report = {
-        "db": "postgres",
-        "jobs": args.jobs,
-        "p50_ms": percentile(pickups, 0.50),
-        "p95_ms": percentile(pickups, 0.95),
-        "p99_ms": percentile(pickups, 0.99),
-        "mean_ms": statistics.fmean(pickups),
-    }
-    print(
-        f"postgres pickup floor ms: p50 {report['p50_ms']:.2f}  p95 {report['p95_ms']:.2f}  "
-        f"p99 {report['p99_ms']:.2f}"
-    )
-    print(json.dumps(report))
+    print_report("postgres", "pickup floor", pickups)
 
 
 if __name__ == "__main__":
