@@ -128,7 +128,9 @@ def test_worker__a_failure_retries_and_no_retry_dead_letters(client):
     # process does (module and qualified name).
     assert fatal.last_error.exception_class == "django_jobqueue.client.worker.NoRetry"
     flaky = Job.objects.get(jid=retried)
-    assert flaky.errors[-1]["message"] == "ValueError: flaky attempt 1"
+    # On a loaded machine the first backoff can end before the worker stops, so a
+    # second attempt may have failed too: the last entry is the last attempt's.
+    assert flaky.errors[-1]["message"] == f"ValueError: flaky attempt {len(flaky.errors)}"
     assert flaky.errors[-1]["exception_class"] == "builtins.ValueError"
     assert flaky.run_at > flaky.updated_at  # backoff before the next attempt
 
