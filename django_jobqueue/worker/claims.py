@@ -118,9 +118,10 @@ class ForemanClaims:
         if self._adaptive_prefetch:
             prefetch += self._extra_prefetch()
         # A claim ahead is made by a runner holding a job it has not started: its
-        # slot is not free.
+        # slot is not free, and the claim is only the prefetch when no other is.
+        # A runner's own claim is for its free slot at least.
         free = self.concurrency - self._busy - (0 if keep_first else 1)
-        want = max(1, free) + prefetch - len(self._inbox)
+        want = max(1 if keep_first else 0, free) + prefetch - len(self._inbox)
         if want <= 0:
             return None
         skipped = self.governor.reserve_batch()

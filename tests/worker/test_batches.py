@@ -142,6 +142,23 @@ def test_foreman__a_claim_never_exceeds_free_slots_plus_prefetch() -> None:
     assert RunRecord.objects.count() == 30
 
 
+def test_foreman__a_claim_ahead_holds_no_more_than_the_prefetch_when_every_slot_is_busy() -> None:
+    """A runner that takes the last held job claims ahead; its own slot is not free,
+    so with no other free slot that claim takes the prefetch alone: the foreman leases
+    at most concurrency + prefetch jobs (it took one more before)."""
+    for i in range(10):
+        enqueue_job(None, "worker.record", {"label": str(i)})
+    run = foreman(concurrency=1, prefetch=1)
+    first = run._next_job("w")  # claims 2: this slot's job and one held
+    assert first is not None and len(run._inbox) == 1
+    assert storage.complete(first.job, None)
+    run._unregister(first)
+    second = run._next_job("w")  # takes the held job and claims ahead
+    assert second is not None
+    assert len(run._inbox) <= 1
+    assert Job.objects.filter(status=JobStatus.PROCESSING).count() <= 1 + 1
+
+
 def test_foreman__default_prefetch__grows_with_short_jobs_only() -> None:
     # The default prefetch takes more jobs per claim while the recent jobs were short
     # (as many as fit in HOLD_MS across the slots), and none once they are long: a
