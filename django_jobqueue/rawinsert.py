@@ -395,8 +395,8 @@ def _insert_values(
         size = 0
         while start < len(rows) and len(values) < limit and size < MAX_STATEMENT_BYTES:
             values.append(plan.row(rows[start], statement, params, conn))
-            if plan.vendor == "mysql":  # a rough size: max_allowed_packet bounds a statement
-                size += len(str(rows[start].spec.payload)) + 512
+            if plan.vendor == "mysql":  # max_allowed_packet bounds a statement
+                size += _mysql_row_bytes(rows[start].spec)
             start += 1
         if not values:  # nothing left to insert, only the wake-ups
             cursor.execute(
@@ -407,6 +407,19 @@ def _insert_values(
         sql = _with_notify(plan.head + "VALUES " + ", ".join(values), params, notify)
         notify = []
         cursor.execute(sql, params)
+
+
+def _mysql_row_bytes(spec: Any) -> int:
+    """An upper bound of the bytes ``spec``'s row adds to a MySQL statement.
+
+    The payload goes as its JSON text (ASCII: ``json.dumps`` escapes every other
+    character, ``é`` as six bytes), in a string literal that the driver escapes
+    (a backslash or a quote doubles), so at most twice the text; 512 bytes cover
+    the other columns (an id or a unique key adds its own length).
+    """
+    text = spec.payload_json if spec.payload_json is not None else json.dumps(spec.payload)
+    keys = len(spec.job_id or "") + len(spec.unique_key or "")
+    return 2 * len(text) + 4 * keys + 512
 
 
 def _column_values(plan: _Plan, rows: Sequence[Row], conn: Any) -> dict[str, list[Any]]:
