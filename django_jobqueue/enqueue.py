@@ -26,7 +26,14 @@ from .managers import EnqueueResult, JobSpec
 from .models import Job
 from .registry import get_job_description
 from .unique import unique_options
-from .validation import check_delay, check_positive_int, check_queue, check_text, json_text
+from .validation import (
+    check_batch,
+    check_delay,
+    check_positive_int,
+    check_queue,
+    check_text,
+    json_text,
+)
 from .workerstats import count_deduplicated
 
 __all__ = [
@@ -237,6 +244,9 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
 
     Raises
     ------
+    InvalidRequest
+        If ``jobs`` is not a list, tuple or other iterable of mappings (a mapping
+        or a string of its own is refused whole, not read as its keys or letters).
     UnknownJobType, InvalidPayload, InvalidOption, InvalidJobId, InvalidRequest, ProRequired
         As :func:`enqueue_job`, for the first invalid job; the error's ``index``
         attribute is its position in ``jobs`` and its message starts
@@ -248,6 +258,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     """
     from .bulk import create_many  # deferred: it needs the models at call time only
 
+    check_batch(jobs, "jobs")
     specs = []
     # Jobs of a batch mostly share their type, queue and options: those are validated
     # once per distinct set (keyed with their types, so 1 and True stay apart), and

@@ -24,6 +24,7 @@ from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption
 from .ids import JobView, Page, Queue
 from .registry import UNSET, JobDescription, describe, register
 from .schedules import add_job_with_schedule, validate_cron, validate_timezone
+from .validation import check_batch
 
 if TYPE_CHECKING:
     from .models import ScheduleJob
@@ -78,16 +79,22 @@ class JobHandle:
 
         Raises
         ------
-        InvalidRequest, LockTimeout, WrongDatabase
+        InvalidRequest
+            If ``payloads`` is a mapping or a string (one payload is ``[payload]``),
+            or as :func:`django_jobqueue.enqueue.enqueue_many`; nothing is written.
+        LockTimeout, WrongDatabase
             As :func:`django_jobqueue.enqueue.enqueue_many`; nothing is written.
         """
+        check_batch(payloads, "payloads")
         return enqueue_many(
             [{"job_type": self.name, "payload": payload, **options} for payload in payloads]
         )
 
     async def aenqueue_many(self, payloads: Iterable[Any], **options: Any) -> list[EnqueueResult]:
         """Async twin of :meth:`enqueue_many`."""
-        return await sync_to_async(self.enqueue_many)(list(payloads), **options)
+        return await sync_to_async(self.enqueue_many)(
+            list(check_batch(payloads, "payloads")), **options
+        )
 
     def schedule(self, payload: Any = None, *, at: datetime, **options: Any) -> ScheduleJob:
         """Plan one job of this type at ``at``; see :func:`schedules.add_job_with_schedule`.

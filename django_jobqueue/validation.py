@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
 from .durations import parse_duration
-from .exceptions import InvalidJobId, InvalidOption, InvalidPayload, PayloadTooLarge
+from .exceptions import (
+    InvalidJobId,
+    InvalidOption,
+    InvalidPayload,
+    InvalidRequest,
+    PayloadTooLarge,
+)
 
 __all__ = [
+    "check_batch",
     "MAX_DELAY",
     "MAX_ID_BYTES",
     "MAX_INT",
@@ -219,6 +227,24 @@ def _check_json_texts(value: Any, what: str) -> None:
                 raise InvalidPayload(
                     f"{what} has a string that {problem}: {text[:50]!r}; remove that character."
                 )
+
+
+def check_batch(items: Any, what: str) -> Iterable[Any]:
+    """Return ``items`` if it is a batch: a list, tuple or other iterable, not a
+    mapping nor a string (which iterate as keys or letters, never as jobs).
+
+    ``what`` names the items in the message, such as ``"jobs"`` or ``"payloads"``.
+
+    Raises
+    ------
+    InvalidRequest
+        If ``items`` is a mapping, a string or bytes, or not iterable.
+    """
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise InvalidRequest(
+            f"{what} must be a list (one item per job): got {type(items).__name__}."
+        )
+    return items
 
 
 def check_delay(delay: Any) -> timedelta:

@@ -12,8 +12,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_jobqueue import enqueue_job, enqueue_many
+from django_jobqueue import JobHandle, enqueue_job, enqueue_many
+from django_jobqueue.exceptions import InvalidRequest
 from django_jobqueue.models import Job
+from django_jobqueue.registry import get_job_description
 from tests.no_duplicate_helpers import JOB_TYPE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -148,3 +150,30 @@ def test_bulk_rows_store_each_payload_as_a_single_enqueue_does():
         assert row_a["payload"] == row_b["payload"], payload
         assert Job.objects.get(jid=a["jid"]).payload == Job.objects.get(jid=b["jid"]).payload
         assert len(a["jid"]) == 32 and a["jid"][12] == "4" and a["jid"][16] in "89ab"
+
+
+@pytest.mark.parametrize("batch", [None, 5, "ab", b"ab", {"job_type": JOB_TYPE}])
+def test_a_batch_that_is_not_a_list_is_refused_whole(batch):
+    """Not read as its letters or keys, nor a TypeError: a typed refusal, nothing written."""
+    with pytest.raises(InvalidRequest, match=f"jobs must be a list .*got {type(batch).__name__}"):
+        enqueue_many(batch)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("payloads", [None, "abc", {"a": 1}])
+def test_a_handles_payloads_that_are_not_a_list_are_refused_whole(payloads):
+    with pytest.raises(InvalidRequest, match="payloads must be a list"):
+        JobHandle(get_job_description(JOB_TYPE)).enqueue_many(payloads)
+    assert Job.objects.count() == 0
+
+
+def test_a_batch_of_large_non_ascii_payloads_goes_in():
+    """Each payload's JSON text is 12 bytes per emoji (``\\ud83d\\ude00``), under
+    MAX_PAYLOAD_BYTES; a MySQL statement is cut by those bytes as the driver sends
+    them, not by the payload's characters (20 such rows in one statement were over
+    ``max_allowed_packet``: "Server has gone away")."""
+    payload = "\U0001f600" * 85_000  # 1,020,002 bytes of JSON text
+    results = enqueue_many([{"job_type": JOB_TYPE, "payload": payload} for _ in range(20)])
+    assert [r.status for r in results] == ["enqueued"] * 20
+    assert Job.objects.count() == 20
+    assert Job.objects.first().payload == payload
