@@ -152,8 +152,9 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
     """Enqueue every job or none: the first refused job (by index) refuses the batch.
 
     A deduplicated job is an answer in its slot. A Pro-gated job without a licence
-    refuses the batch with 402, an invalid one with 422, a held id with 409; nothing
-    is stored then.
+    refuses the batch with 402, an invalid one with 422 (so is an id the batch gives
+    twice on one queue), an id held by a job of the table with 409; nothing is
+    stored then.
     """
     token = require(request, "produce")
     limit = get_config().GATEWAY.MAX_BATCH
@@ -169,6 +170,7 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
             specs.append(spec_of(item))
         except JobQueueError as exc:
             raise _refusal(exc, index) from exc
+    _refuse_repeated_ids(specs)
     del token
     require(request, "produce", sorted({spec.queue for spec in specs}))
     try:
@@ -177,8 +179,11 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
         # (seed 004 DUPLICATE_JOB), so the batch runs in a transaction to roll back.
         with transaction.atomic(using=jobs_database()):
             results = create_many(specs)
+            # A slot deduplicated onto a job of this batch matched its unique key: the
+            # batch names each id once, so only a job of the table can hold an id.
+            new = {result.jid for result in results if not result.deduplicated}
             for index, (job, result) in enumerate(zip(specs, results, strict=True)):
-                if job.job_id is not None and result.deduplicated:
+                if job.job_id is not None and result.deduplicated and result.jid not in new:
                     held = DuplicateJob(
                         f"Job id {job.job_id!r} is already held on queue {job.queue!r} "
                         f"by job {result.jid}.",
@@ -189,6 +194,30 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
     except JobQueueError as exc:
         raise _refusal(exc, getattr(exc, "index", None)) from exc
     return {"results": [dict(result) for result in results]}
+
+
+def _refuse_repeated_ids(specs: list[JobSpec]) -> None:
+    """Refuse a batch that gives one (queue, id) to two of its jobs, by the later one.
+
+    Raises
+    ------
+    GatewayError
+        ``invalid_request`` (422), ``field`` the later job's ``id``, before anything
+        is written.
+    """
+    first: dict[tuple[str, str], int] = {}
+    for index, spec in enumerate(specs):
+        if spec.job_id is None:
+            continue
+        earlier = first.setdefault((spec.queue, spec.job_id), index)
+        if earlier != index:
+            raise GatewayError(
+                "invalid_request",
+                f"Job id {spec.job_id!r} on queue {spec.queue!r} is also given to "
+                f"jobs[{earlier}]; a batch names each id once.",
+                field=f"jobs[{index}].id",
+                extra={"index": index, "reason": "invalid_request"},
+            )
 
 
 def find_job(request: HttpRequest, jid: str, scope: str) -> Job:

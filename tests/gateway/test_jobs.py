@@ -158,6 +158,42 @@ def test_batch__a_held_id_rolls_the_batch_back(api):
     assert table_counts() == before
 
 
+def test_batch__an_id_given_twice_on_a_queue_is_422_and_stores_nothing(api):
+    before = table_counts()
+    response = api.post(
+        "/sdk/jobs/batch",
+        {"jobs": [job(id="x"), job(id="y"), job(queue="other", id="x"), job(id="x")]},
+    )
+    assert response.status_code == 422, response.content
+    body = response.json()
+    assert (body["error"], body["field"], body["index"]) == ("invalid_request", "jobs[3].id", 3)
+    assert body["detail"] == (
+        "Job id 'x' on queue 'gw' is also given to jobs[0]; a batch names each id once."
+    )
+    assert "jid" not in body
+    assert table_counts() == before
+
+
+def test_batch__a_held_id_names_the_tables_holder_not_a_job_of_the_batch(api):
+    holder = api.post("/sdk/jobs", job(id="taken")).json()["jid"]
+    response = api.post("/sdk/jobs/batch", {"jobs": [job(unique_key="k"), job(id="taken")]})
+    assert response.status_code == 409
+    assert (response.json()["jid"], response.json()["index"]) == (holder, 1)
+    assert api.get(f"/sdk/jobs/{holder}").status_code == 200
+    assert list(Job.objects.values_list("jid", flat=True)) == [holder]
+
+
+def test_batch__an_id_deduplicated_by_an_earlier_jobs_unique_key_is_its_answer(api):
+    response = api.post(
+        "/sdk/jobs/batch", {"jobs": [job(id="a", unique_key="k"), job(id="b", unique_key="k")]}
+    )
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == ["enqueued", "deduplicated"]
+    assert results[1]["jid"] == results[0]["jid"]
+    assert api.get(f"/sdk/jobs/{results[0]['jid']}").json()["id"] == "a"
+
+
 def test_batch__over_max_batch_is_422(api):
     with override_settings(JOBQUEUE={"GATEWAY": {"MAX_BATCH": 2}}):
         response = api.post("/sdk/jobs/batch", {"jobs": [job(), job(), job()]})
