@@ -1,14 +1,21 @@
 """URLs of the SDK gateway: ``path("sdk/", include("django_jobqueue.gateway.urls"))``.
 
-Any other path under the mount answers a JSON ``404 not_found``.
+Any other path under the mount answers a JSON ``404 not_found``; a route asked with a
+method it does not have answers a JSON ``405 method_not_allowed`` with ``Allow``
+(django-ninja's own answer is a text/html "Method not allowed").
 """
 
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
-from django.urls import re_path
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.urls import URLPattern, re_path
 
 from .api import api
+from .errors import GatewayError
 
 __all__ = ["urlpatterns"]
 
@@ -21,8 +28,49 @@ def not_found(request: HttpRequest) -> JsonResponse:
     )
 
 
+def json_not_allowed(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Wrap ``view`` so that its ``405`` answer is the gateway's JSON error body.
+
+    Parameters
+    ----------
+    view:
+        A view of the gateway's NinjaAPI.
+
+    Returns
+    -------
+    callable
+        The view, whose 405 answers ``{"error": "method_not_allowed", ...}`` with the
+        route's methods in ``Allow`` (sorted) and in the detail.
+    """
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        response = view(request, *args, **kwargs)
+        if response.status_code != 405 or response.get("Content-Type") == "application/json":
+            return response
+        methods = sorted({name.strip() for name in response.get("Allow", "").split(",")} - {""})
+        allowed = ", ".join(methods)
+        error = GatewayError(
+            "method_not_allowed",
+            f"{request.method} is not a method of {request.path}; use {allowed or 'another'}.",
+        )
+        answer = JsonResponse(error.body(), status=error.status)
+        answer["Allow"] = allowed
+        return answer
+
+    return wrapped
+
+
+def _with_json_405(pattern: Any) -> Any:
+    if not isinstance(pattern, URLPattern):
+        return pattern
+    return URLPattern(
+        pattern.pattern, json_not_allowed(pattern.callback), pattern.default_args, pattern.name
+    )
+
+
 urlpatterns = [
-    *api.urls[0],
+    *(_with_json_405(pattern) for pattern in api.urls[0]),
     re_path(r"", not_found),
 ]
 app_name = api.urls_namespace

@@ -186,11 +186,31 @@ def test_garbage_headers_are_never_500(api, headers):
     assert 200 <= response.status_code < 500, response.content
 
 
-def test_wrong_method_is_not_500(api):
-    assert (
-        api.client.put("/sdk/jobs", headers={"Authorization": f"Bearer {api.token}"}).status_code
-        == 405
-    )
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("get", "/sdk/jobs", "POST"),
+        ("put", "/sdk/jobs", "POST"),
+        ("delete", "/sdk/jobs/batch", "POST"),
+        ("post", "/sdk/queues/q/jobs", "GET"),
+        ("post", "/sdk/unique-locks", "GET"),
+        ("patch", "/sdk/worker/claim", "POST"),
+    ],
+)
+def test_wrong_method_is_a_json_405_with_allow(api, method, path, allow):
+    send = getattr(api.client, method)
+    response = send(path, headers={"Authorization": f"Bearer {api.token}"})
+    assert response.status_code == 405
+    assert response["Content-Type"] == "application/json"
+    assert response["Allow"] == allow
+    body = response.json()
+    assert (body["error"], body["field"]) == ("method_not_allowed", None)
+    assert body["detail"] == f"{method.upper()} is not a method of {path}; use {allow}."
+
+
+def test_wrong_method_without_a_token_is_a_json_405(client_for):
+    response = client_for(None).client.get("/sdk/jobs/batch")
+    assert (response.status_code, response.json()["error"]) == (405, "method_not_allowed")
 
 
 def test_token_command_create_list_revoke():
