@@ -23,7 +23,7 @@ from ..licence import require_pro
 from ..models import DEAD_STATUSES, Job, JobStatus, hold_hash
 from ..validation import check_queue, check_text
 from .auth import require
-from .errors import from_jobqueue_error
+from .errors import GatewayError, from_jobqueue_error
 from .schemas import ERRORS, BulkIn, BulkOut, UniqueLocksOut, UniqueReleaseOut
 
 __all__ = ["router"]
@@ -60,7 +60,13 @@ def unique_locks(request: HttpRequest, filters: Query[LocksQuery]) -> Any:
     require_pro("the gateway's unique-locks route")
     require(request, "admin")
     if filters.queue is not None:
-        _checked_queue(request, filters.queue)
+        try:
+            check_queue(filters.queue)
+        except JobQueueError as exc:  # a query parameter: 400, as ninja's own checks
+            raise GatewayError(
+                "bad_request", str(exc), field="queue", extra={"reason": exc.code}
+            ) from exc
+        require(request, "admin", [filters.queue])
     from ..apitokens import queue_allowed
     from .auth import token_of
 

@@ -62,10 +62,7 @@ def _checked(request: HttpRequest, scope: str, queue: str, job_id: str | None = 
 
 
 #: Words of an ``ids`` error message, and the request field each names.
-_WORDS = (
-    ("after=", "cursor"), ("job type", "job_type"), ("delay", "delay"), ("at must", "at"),
-    ("limit", "limit"), ("state", "state"), ("prefix", "prefix"),
-)  # fmt: skip
+_WORDS = (("job type", "job_type"), ("delay", "delay"), ("at must", "at"))
 
 
 def _call(field: str | None, func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -79,6 +76,28 @@ def _call(field: str | None, func: Any, *args: Any, **kwargs: Any) -> Any:
         text = str(exc)
         named = next((name for word, name in _WORDS if word in text), field)
         raise from_jobqueue_error(exc, field=named) from exc
+
+
+#: How a message of ``Queue.list`` starts, and the query parameter it names.
+_QUERY_STARTS = (
+    ("after=", "cursor"), ("state ", "state"), ("limit ", "limit"), ("A prefix", "prefix"),
+)  # fmt: skip
+
+
+def _bad_query(exc: JobQueueError, filters: ListQuery) -> GatewayError:
+    """Return the ``400 bad_request`` of a list's query that ``Queue.list`` refused.
+
+    The detail of a bad cursor names the query parameter, ``cursor``, not the
+    ``after`` argument of ``Queue.list``.
+    """
+    text = str(exc)
+    field = next((name for start, name in _QUERY_STARTS if text.startswith(start)), None)
+    if field == "cursor":
+        text = (
+            f"cursor={filters.cursor!r} is not a cursor of this list; pass the next of a "
+            "page listed with the same state."
+        )
+    return GatewayError("bad_request", text, field=field, extra={"reason": exc.code})
 
 
 def _handle(queue: str, job_type: str | None) -> Queue:
@@ -179,16 +198,18 @@ def id_get(request: HttpRequest, queue: str, id: str) -> Any:  # noqa: A002
     operation_id="list_jobs",
 )
 def list_jobs(request: HttpRequest, queue: str, filters: Query[ListQuery]) -> Any:
-    """Oldest first (``state=failed``: latest failure first); pass ``next`` as ``cursor``."""
+    """Oldest first (``state=failed``: latest failure first); pass ``next`` as ``cursor``.
+
+    A malformed query parameter (``state``, ``prefix``, ``cursor``) is ``400
+    bad_request`` naming it, as ninja's own query validation answers.
+    """
     _checked(request, "read", queue)
-    page = _call(
-        None,
-        _handle(queue, None).list,
-        prefix=filters.prefix,
-        state=filters.state,
-        limit=filters.limit,
-        after=filters.cursor,
-    )
+    try:
+        page = _handle(queue, None).list(
+            prefix=filters.prefix, state=filters.state, limit=filters.limit, after=filters.cursor
+        )
+    except JobQueueError as exc:
+        raise _bad_query(exc, filters) from exc
     secure = _secure_jids(queue, [view.jid for view in page.jobs])
     return {
         "jobs": [_view(view, view.jid in secure) for view in page.jobs],

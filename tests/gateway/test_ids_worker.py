@@ -41,10 +41,34 @@ def test_ids__an_id_with_slashes_and_bad_input(api):
     assert api.get(f"{IDS}/a/b/c").json()["id"] == "a/b/c"
     assert api.post(f"{IDS}/x/add", {"value": 1, "delay": "never"}).json()["field"] == "delay"
     assert api.post(f"{IDS}/x/add", {"value": 1, "job_type": "no.such"}).status_code == 422
-    bad = api.get("/sdk/queues/gw/jobs", {"state": "sleeping"})
-    assert (bad.status_code, bad.json()["field"]) == (422, "state")
-    cursor = api.get("/sdk/queues/gw/jobs", {"cursor": "garbage"})
-    assert (cursor.status_code, cursor.json()["field"]) == (422, "cursor")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("query", "field", "detail"),
+    [
+        ({"limit": "abc"}, "limit", "limit: "),
+        ({"state": "sleeping"}, "state", "state must be one of "),
+        ({"state": "after=x"}, "state", "state must be one of "),
+        ({"prefix": "a\x00"}, "prefix", "A prefix "),
+        ({"cursor": "zzz"}, "cursor", "cursor='zzz' is not a cursor of this list; "),
+        ({"cursor": "zzz", "state": "failed"}, "cursor", "cursor='zzz' is not a cursor "),
+    ],
+)
+def test_list__a_malformed_query_parameter_is_400_naming_it(api, query, field, detail):
+    response = api.get("/sdk/queues/gw/jobs", query)
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert (body["error"], body["field"]) == ("bad_request", field)
+    assert body["detail"].startswith(detail), body["detail"]
+    assert "after=" not in body["detail"] or field != "cursor"
+
+
+@pytest.mark.django_db
+def test_unique_locks__a_malformed_queue_parameter_is_400(admin_api, pro):
+    response = admin_api.get("/sdk/unique-locks", {"queue": "a\x00"})
+    assert response.status_code == 400, response.content
+    assert (response.json()["error"], response.json()["field"]) == ("bad_request", "queue")
 
 
 @pytest.mark.django_db
