@@ -135,6 +135,10 @@ def issue_token(
     manager = ApiToken.objects.db_manager(using)
     for _attempt in range(5):  # a prefix collision (72 random bits) is all but impossible
         secret = secrets.token_urlsafe(32)
+        while secret.startswith("-"):
+            # A prefix is typed as an argument (`jobqueue token revoke PREFIX`), where
+            # a leading "-" reads as an option: one draw in 64, drawn again.
+            secret = secrets.token_urlsafe(32)
         try:
             with transaction.atomic(using=manager.db):
                 row = manager.create(

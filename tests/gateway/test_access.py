@@ -243,6 +243,23 @@ def test_token_command_create_list_revoke():
     assert "Revoked 1 token" in out.getvalue()
 
 
+def test_token_prefixes_never_start_with_a_dash(monkeypatch):
+    """`jobqueue token revoke PREFIX` would read a leading "-" as an option: the draw
+    that would make one is drawn again (urlsafe base64 starts with "-" once in 64)."""
+    import secrets
+    from io import StringIO
+
+    from django_jobqueue import apitokens
+
+    draws = iter(["-" + "a" * 42, "-" + "b" * 42, "c" * 43])
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda n: next(draws))
+    row, text = issue_token("dash", queues=["*"], scopes=["produce"])
+    assert row.prefix == "c" * apitokens.PREFIX_LENGTH and text.endswith("c" * 43)
+    out = StringIO()
+    call_command("jobqueue", "token", "revoke", row.prefix, stdout=out)
+    assert "Revoked 1 token" in out.getvalue()
+
+
 def test_issue_token_refuses_unknown_scopes():
     from django_jobqueue.exceptions import InvalidOption
 
