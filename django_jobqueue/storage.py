@@ -259,7 +259,12 @@ def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[
 
     A job missing from the first set lost its lease: its worker must not write its
     outcome (the guarded updates would refuse anyway). ``lease_ms`` is the new
-    lease in ms (None: ``JOBQUEUE["LEASE_MS"]``).
+    lease in ms (None: ``JOBQUEUE["LEASE_MS"]``). Each owned job's
+    ``lease_expires_at`` becomes the expiry its row now holds (read with the cancel
+    flags), so the worker's copy follows the database's lease: the completer retries
+    a ``done`` write through an outage until that expiry, not the claim's. Raises
+    :class:`LockTimeout` if SQLite stays locked, and the ``DatabaseError`` of a
+    database still unreachable after one reconnect.
     """
     if not jobs:
         return set(), set()
@@ -269,15 +274,19 @@ def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[
     for job in jobs:
         owned |= Q(pk=job.pk, lease_token=job.lease_token)
     rows = Job.objects.using(using).filter(owned, status=JobStatus.PROCESSING)
+    by_pk = {job.pk: job for job in jobs}
 
     def beat() -> tuple[set[int], set[int]]:
         rows.update(lease_expires_at=Now() + lease, heartbeat_at=Now())
         alive: set[int] = set()
         cancel: set[int] = set()
-        for pk, cancel_requested in rows.values_list("pk", "cancel_requested"):
+        for pk, cancel_requested, expires_at in rows.values_list(
+            "pk", "cancel_requested", "lease_expires_at"
+        ):
             alive.add(pk)
             if cancel_requested:
                 cancel.add(pk)
+            by_pk[pk].lease_expires_at = expires_at
         return alive, cancel
 
     return _retrying(using, beat)

@@ -147,9 +147,13 @@ class Completer:
 
         ``complete_many`` already reconnects once. A server restart or a failover
         lasts longer than that: then the write is tried again, 0.1 s, 0.2 s ... 1 s
-        apart, until the batch's earliest lease is about to expire (its jobs stay
-        heartbeated meanwhile). Giving up at once would leave every job of the batch
-        to be reaped and run a second time after an outage shorter than the lease.
+        apart, until 1 s before the batch's earliest lease expires: each job's
+        ``lease_expires_at``, which the claim set and each heartbeat moves to the
+        expiry its row then holds (:func:`storage.heartbeat`), so a job that ran
+        past its first lease still has the whole of its current one. Not longer: a
+        write after the lease is refused by the lease token anyway, the job being
+        the reaper's. Giving up at once would leave every job of the batch to be
+        reaped and run a second time after an outage shorter than the lease.
         """
         items = [(job, result) for job, result, _cb in batch]
         using = batch[0][0]._state.db or "default"
