@@ -32,8 +32,8 @@ from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.db import connections, transaction
-from django.db.models import F, Q
+from django.db import IntegrityError, connections, transaction
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -41,6 +41,7 @@ from . import locks, reconnect, storage_sql, unique
 from .backoff import backoff_ms
 from .conf import get_config
 from .dbclock import Now
+from .managers import hold_hash
 from .models import Job, JobStatus
 from .pauses import paused_queues
 from .registry import UNSET, get_job_description
@@ -435,9 +436,14 @@ def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> b
 def hand_back(job: Job, *, message: str = "", keep_place: bool = False) -> bool:
     """Return a claimed job to the queue unrun (graceful shutdown); False if lease lost.
 
-    The attempt is not counted: ``attempt`` goes back by one and the job is due now;
-    with ``keep_place`` its ``run_at`` stays, so it keeps its place in claim order
-    (a batch claim's job over its type's ``concurrent`` limit).
+    The claim is undone: ``attempt`` goes back by one and the job is due now; with
+    ``keep_place`` its ``run_at`` stays, so it keeps its place in claim order (a
+    batch claim's job over its type's ``concurrent`` limit). An ``until_executing``
+    job takes its unique key's hold again, which the claim ended (seed 000), if its
+    TTL has not passed: an identical enqueue is deduplicated again. The key was
+    free while the job was claimed; if another job took it then, that newer holder
+    keeps it and this job waits without a hold (the unique index's refusal is
+    caught, never raised), since the newer job was enqueued and cannot be undone.
     """
     status = JobStatus.RETRY if job.attempt > 1 else JobStatus.INIT
     fields = {
@@ -449,7 +455,32 @@ def hand_back(job: Job, *, message: str = "", keep_place: bool = False) -> bool:
         "message": message,
         **_LEASE_CLEARED,
     }
+    if job.unique_mode == unique.UNTIL_EXECUTING and job.unique_key is not None:
+        held = _write_holding_key(job, fields)
+        if held is not None:
+            return held
     return _write(job, fields, "hand_back")
+
+
+def _write_holding_key(job: Job, fields: dict[str, Any]) -> bool | None:
+    """:func:`hand_back`'s write with the unique key held again while its TTL lasts;
+    None (nothing written) if another job holds the key."""
+    using = _database(job)
+    hold = Case(When(unique_expires_at__gt=Now(), then=Value(hold_hash(job.unique_key or ""))))
+
+    def write() -> int | None:
+        try:  # its own savepoint; the hash is the only unique column this UPDATE sets
+            with transaction.atomic(using=using):
+                return int(_guarded(job).update(**fields, unique_key_hash=hold))
+        except IntegrityError:
+            return None
+
+    updated = _retrying(using, write)
+    if updated is None:
+        logger.info("unique key held by another job; handed back without it jid=%s", job.jid)
+    elif not updated:
+        _log_lease_lost(job, "hand_back")
+    return None if updated is None else bool(updated)
 
 
 def restart_fields(**changes: Any) -> dict[str, Any]:
