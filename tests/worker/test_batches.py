@@ -137,8 +137,7 @@ def test_foreman__a_claim_never_exceeds_free_slots_plus_prefetch() -> None:
         enqueue_job(None, "worker.record", {"label": str(i)})
     run = foreman(concurrency=3, prefetch=1)
     assert run.run(install_signals=False) == {"done": 30}
-    assert 1 < run.largest_claim <= 3 + 1
-    assert run.claims < 30  # batches formed
+    assert 1 < run.largest_claim <= 3 + 1  # batches formed, none over the bound
     assert RunRecord.objects.count() == 30
 
 
