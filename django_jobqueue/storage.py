@@ -41,11 +41,10 @@ from . import locks, reconnect, storage_sql, unique
 from .backoff import backoff_ms
 from .conf import get_config
 from .dbclock import Now
-from .managers import hold_hash
 from .models import Job, JobStatus
 from .pauses import paused_queues
 from .registry import UNSET, get_job_description
-from .validation import check_json
+from .validation import check_json, hold_hash
 from .wakeups import notify_on_commit
 
 __all__ = [
