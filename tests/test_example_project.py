@@ -281,10 +281,12 @@ def test_demo_summary__columns_say_what_they_count():
     assert lines[3].split() == ["t.b", "1", "0", "0", "0", "1"]
     assert lines[5].split() == ["all", "3", "2", "5", "1", "4"]
     assert any("every job in the demo database" in text for text in lines)
-    # How to start afresh: deleting var/ empties SQLite only.
+    # How to start afresh: cleaning var/ empties SQLite only.
     from django.db import connection
 
-    afresh = "delete example_project/var/" if connection.vendor == "sqlite" else "empty database"
+    afresh = (
+        "git clean -fdX example_project/var" if connection.vendor == "sqlite" else "empty database"
+    )
     assert any(afresh in text for text in lines), lines
     assert lines[-1].startswith("3 done, 2 retried (5 failed attempts), 1 dead")
 

@@ -109,7 +109,7 @@ class Command(BaseCommand):
         from django.db import connection
 
         afresh = (
-            "delete example_project/var/ to start afresh."
+            "run git clean -fdX example_project/var to start afresh."
             if connection.vendor == "sqlite"
             else "point DATABASE_URL at an empty database to start afresh."
         )
