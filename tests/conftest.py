@@ -193,3 +193,20 @@ def _no_worker_thread_outlives_its_test() -> Any:
         thread.join(max(0.0, deadline - time.monotonic()))
     alive = sorted(t.name for t in workers if t.is_alive())
     assert not alive, f"worker threads still running {RUNNER_GRACE_S:.0f} s after the test: {alive}"
+
+
+@pytest.fixture
+def pro() -> Any:
+    """A valid Pro licence signed by a key pair the settings trust; yields its token."""
+    from datetime import UTC, datetime, timedelta
+
+    from django.test import override_settings
+
+    from django_jobqueue.licence import generate_key_pair, issue_licence
+
+    private_pem, public_pem = generate_key_pair()
+    token = issue_licence(
+        private_pem, licensee="Tests Ltd", expires_at=datetime.now(UTC) + timedelta(days=30)
+    )
+    with override_settings(JOBQUEUE={"LICENCE_KEY": token, "LICENCE_PUBLIC_KEYS": [public_pem]}):
+        yield token

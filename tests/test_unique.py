@@ -24,17 +24,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 QUEUE = "unique"
 
 
-@pytest.fixture
-def pro():
-    """A valid Pro licence signed by a key pair the settings trust."""
-    private_pem, public_pem = generate_key_pair()
-    token = issue_licence(
-        private_pem, licensee="Tests Ltd", expires_at=datetime.now(UTC) + timedelta(days=30)
-    )
-    with override_settings(JOBQUEUE={"LICENCE_KEY": token, "LICENCE_PUBLIC_KEYS": [public_pem]}):
-        yield token
-
-
 def enqueue(key, mode=None, ttl_ms=None, queue=QUEUE, payload=None):
     options = {"unique_key": key}
     if mode is not None:

@@ -8,33 +8,19 @@ limit and from a worker's shutdown; both go through :func:`storage.hand_back`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.db import transaction
-from django.test import override_settings
 
 from django_jobqueue import enqueue_job, storage
 from django_jobqueue.dbclock import Now
-from django_jobqueue.licence import generate_key_pair, issue_licence
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEUE = "unique"
-
-
-@pytest.fixture
-def pro() -> Iterator[None]:
-    """A valid Pro licence signed by a key pair the settings trust."""
-    private_pem, public_pem = generate_key_pair()
-    token = issue_licence(
-        private_pem, licensee="Tests Ltd", expires_at=datetime.now(UTC) + timedelta(days=30)
-    )
-    with override_settings(JOBQUEUE={"LICENCE_KEY": token, "LICENCE_PUBLIC_KEYS": [public_pem]}):
-        yield
 
 
 def enqueue(key: str, mode: str = "until_executing", job_type: str = "unique.opt") -> str:

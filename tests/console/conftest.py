@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.test import Client, override_settings
+from django.test import Client
 
 from django_jobqueue import pauses
-from django_jobqueue.licence import generate_key_pair, issue_licence
 
 ACTION_PERMS = [
     "retry_job",
@@ -54,14 +51,3 @@ def clients(db):
         "permitted": _client(permitted),
         "superuser": _client(root),
     }
-
-
-@pytest.fixture
-def pro():
-    """A valid Pro licence signed by a key pair the settings trust."""
-    private_pem, public_pem = generate_key_pair()
-    token = issue_licence(
-        private_pem, licensee="Tests Ltd", expires_at=datetime.now(UTC) + timedelta(days=30)
-    )
-    with override_settings(JOBQUEUE={"LICENCE_KEY": token, "LICENCE_PUBLIC_KEYS": [public_pem]}):
-        yield token

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pytest
 from django.apps import apps
-from django.test import Client, override_settings
+from django.test import Client
 
 from django_jobqueue.apitokens import issue_token
 from django_jobqueue.gateway import waiting
-from django_jobqueue.licence import generate_key_pair, issue_licence
 
 
 class Api:
@@ -72,17 +71,6 @@ def admin_api(make_token: Callable[..., str]) -> Api:
 def client_for() -> Callable[[str | None], Api]:
     """Return ``client_for(token)``: a client with that token (None: none)."""
     return Api
-
-
-@pytest.fixture
-def pro() -> Iterator[None]:
-    """A valid Pro licence signed by a key pair the settings trust."""
-    private_pem, public_pem = generate_key_pair()
-    key = issue_licence(
-        private_pem, licensee="Tests Ltd", expires_at=datetime.now(UTC) + timedelta(days=30)
-    )
-    with override_settings(JOBQUEUE={"LICENCE_KEY": key, "LICENCE_PUBLIC_KEYS": [public_pem]}):
-        yield
 
 
 def table_counts() -> dict[str, int]:
