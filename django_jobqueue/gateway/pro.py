@@ -41,10 +41,16 @@ class LocksQuery(Schema):
     cursor: str | None = Field(None, max_length=20, pattern=r"^[0-9]{1,18}$")
 
 
-def _checked_queue(request: HttpRequest, queue: str) -> None:
+def _checked_queue(request: HttpRequest, queue: str, *, query: bool = False) -> None:
+    """Refuse a malformed ``queue`` (a query parameter's: ``400 bad_request``, as
+    ninja's own query checks; a path's or body's: ``422``), then check the token."""
     try:
         check_queue(queue)
     except JobQueueError as exc:
+        if query:
+            raise GatewayError(
+                "bad_request", str(exc), field="queue", extra={"reason": exc.code}
+            ) from exc
         raise from_jobqueue_error(exc, field="queue") from exc
     require(request, "admin", [queue])
 
@@ -60,13 +66,7 @@ def unique_locks(request: HttpRequest, filters: Query[LocksQuery]) -> Any:
     require_pro("the gateway's unique-locks route")
     require(request, "admin")
     if filters.queue is not None:
-        try:
-            check_queue(filters.queue)
-        except JobQueueError as exc:  # a query parameter: 400, as ninja's own checks
-            raise GatewayError(
-                "bad_request", str(exc), field="queue", extra={"reason": exc.code}
-            ) from exc
-        require(request, "admin", [filters.queue])
+        _checked_queue(request, filters.queue, query=True)
     from ..apitokens import queue_allowed
     from .auth import token_of
 
