@@ -195,6 +195,21 @@ def _no_worker_thread_outlives_its_test() -> Any:
     assert not alive, f"worker threads still running {RUNNER_GRACE_S:.0f} s after the test: {alive}"
 
 
+@pytest.fixture(autouse=True)
+def _no_runworkers_outlives_its_test() -> Any:
+    """Abort every ``runworkers`` a test started (``run_workers(wait=False)``) that
+    still runs when the test ends, and fail that test with its thread stacks.
+
+    Left running, it would claim the next tests' jobs and materialize their
+    schedules on the same test database, and they would fail in its place.
+    """
+    from tests.workers_helpers import abort_leaked
+
+    yield
+    reports = abort_leaked()
+    assert not reports, "runworkers still running at the end of its test:\n" + "\n".join(reports)
+
+
 @pytest.fixture
 def pro() -> Any:
     """A valid Pro licence signed by a key pair the settings trust; yields its token."""

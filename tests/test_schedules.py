@@ -107,7 +107,7 @@ def test_runworkers__four_foreman_processes_make_one_job_per_tick():
     """4 real runworkers processes share an every-second plan for about 10 s."""
     import time
 
-    from tests.workers_helpers import StartedWorkers
+    from tests.workers_helpers import StartedWorkers, stop_all
 
     plan = ScheduleJob.objects.create(
         name="every-second",
@@ -123,7 +123,7 @@ def test_runworkers__four_foreman_processes_make_one_job_per_tick():
             foreman.wait_started()
         time.sleep(10)
     finally:
-        outcomes = [foreman.stop() for foreman in foremen]
+        outcomes = stop_all(foremen)
     for code, err in outcomes:
         assert code == 0, err
 

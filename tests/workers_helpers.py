@@ -35,6 +35,8 @@ def worker_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "JOBQUEUE_TEST_JOBQUEUE": json.dumps(getattr(settings, "JOBQUEUE", {})),
         "PYTHONUNBUFFERED": "1",
+        # A stuck worker is sent SIGABRT (see stop_process): every thread's stack to stderr.
+        "PYTHONFAULTHANDLER": "1",
         **(env or {}),
     }
 
@@ -78,9 +80,72 @@ def run_workers(
             timeout=timeout_s,
             check=False,
         )
-    return subprocess.Popen(  # noqa: S603 (our own interpreter and command)
+    process = subprocess.Popen(  # noqa: S603 (our own interpreter and command)
         command, cwd=ROOT, env=worker_env(env), stdout=pipe, stderr=pipe, text=True
     )
+    STARTED.append(process)
+    return process
+
+
+#: Every ``runworkers`` started with ``wait=False``; tests/conftest.py aborts the ones
+#: still running when their test ends (:func:`abort_leaked`), so a stuck worker cannot
+#: claim a later test's jobs.
+STARTED: list[subprocess.Popen[str]] = []
+
+
+def abort_leaked() -> list[str]:
+    """Abort every started ``runworkers`` still running; one report (pid, command, end
+    of stderr with the thread stacks) per aborted process. Forgets them all."""
+    readers = {id(w.process): w for w in _STARTED_WORKERS}
+    reports = []
+    for process in STARTED:
+        if process.poll() is not None:
+            continue
+        abort_process(process)
+        if id(process) in readers:
+            worker = readers[id(process)]
+            worker._close()
+            err = "".join(worker.lines)
+        else:
+            err = process.communicate()[1] or ""
+        reports.append(f"pid {process.pid} {' '.join(process.args)}:\n{err[-8000:]}")
+    STARTED.clear()
+    _STARTED_WORKERS.clear()
+    return reports
+
+
+def abort_process(process: subprocess.Popen[str], grace_s: float = 10) -> None:
+    """End a stuck worker: SIGABRT (its faulthandler writes every thread's stack to its
+    stderr, see :func:`worker_env`), then SIGKILL after ``grace_s`` seconds."""
+    import signal
+
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGABRT)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def stop_all(workers: Sequence[StartedWorkers], timeout_s: float = 120) -> list[tuple[int, str]]:
+    """SIGTERM every one of ``workers`` at once, then wait for each; their (exit code,
+    stderr). One that is still running after ``timeout_s`` seconds is aborted with its
+    thread stacks (AssertionError), and the others are still stopped."""
+    import signal
+
+    for worker in workers:
+        worker.process.send_signal(signal.SIGTERM)
+    outcomes: list[tuple[int, str]] = []
+    stuck: list[str] = []
+    for worker in workers:
+        try:
+            outcomes.append(worker.stop(timeout_s=timeout_s, signalled=True))
+        except AssertionError as exc:
+            stuck.append(str(exc))
+    assert not stuck, "\n\n".join(stuck)
+    return outcomes
 
 
 def drain(
@@ -119,6 +184,9 @@ def drain(
     return foreman.run(install_signals=False)
 
 
+_STARTED_WORKERS: list[StartedWorkers] = []
+
+
 class StartedWorkers:
     """A running ``runworkers`` whose stderr is read by a thread, so its pipe never fills.
 
@@ -131,6 +199,7 @@ class StartedWorkers:
         import threading
 
         self.process = run_workers(*args, env=env, wait=False, capture=True)
+        _STARTED_WORKERS.append(self)
         self.lines: list[str] = []
         self._started = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -147,17 +216,34 @@ class StartedWorkers:
         """Wait until the foreman started; AssertionError with its stderr if it did not."""
         assert self._started.wait(timeout_s), "".join(self.lines)
 
-    def stop(self, timeout_s: float = 120) -> tuple[int, str]:
-        """SIGTERM it, wait for the exit; return (exit code, stderr)."""
+    def stop(self, timeout_s: float = 120, *, signalled: bool = False) -> tuple[int, str]:
+        """SIGTERM it (unless ``signalled``: already sent, and a second would force),
+        wait for the exit; return (exit code, stderr).
+
+        Still running after ``timeout_s`` seconds: it is aborted, and AssertionError
+        carries the end of its stderr with every thread's stack.
+        """
         import signal
 
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=timeout_s)
+        if not signalled:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            abort_process(self.process)
+            self._close()
+            raise AssertionError(
+                f"runworkers pid {self.process.pid} still running {timeout_s:.0f} s after"
+                f" SIGTERM; its stderr ends:\n{''.join(self.lines)[-8000:]}"
+            ) from None
+        self._close()
+        return self.process.returncode, "".join(self.lines)
+
+    def _close(self) -> None:
         self._reader.join(timeout=10)
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
-        return self.process.returncode, "".join(self.lines)
 
 
 def drain_once_each(processes: int, threads: int, count: int, *, timeout_s: float = 300) -> Any:
