@@ -61,11 +61,13 @@ leaves (``:``)                ``conf``: the JOBQUEUE settings; ``durations``: th
                               database clock ``Now``; ``backoff``: retry delays;
                               ``reconnect``: telling a dead connection, repeating a
                               worker write once on a new one; ``prepared``: PostgreSQL
-                              prepared statements of the hot paths
+                              prepared statements of the hot paths; ``stopsignals``:
+                              SIGTERM/SIGINT relayed out of the signal handler
 ============================  ===========================================================
 
 The HTTP client (``client/``) is in no layer: nothing of the app imports it, and it
-imports nothing of Django, ninja or pydantic, nor the gateway's code.
+imports nothing of Django, ninja or pydantic, nor the gateway's code (of the app, only
+the leaf ``stopsignals``, for its worker's SIGTERM).
 
 Three more contracts: the worker imports no surface, and ``locks`` and ``models`` import
 no producer (``handle``, ``ids``, ``schedules``, ``enqueue``, ``storage``); ``ids`` and

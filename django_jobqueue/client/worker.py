@@ -36,9 +36,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any, TypeVar
 
+from ..stopsignals import SignalRelay
 from .errors import GatewayError, LeaseLost, RateLimited, ServiceUnavailable
 from .errors import GatewayUnreachable as _Unreachable
 from .producer import Client
@@ -193,7 +193,9 @@ class Worker:
                 ctx._stopping.set()
             self._slot.notify_all()
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+    def _on_signal(self, signum: int) -> None:
+        # Relayed by SignalRelay's thread, not run inside the signal handler: stop()
+        # takes the locks the main thread may hold when the signal lands.
         logger.info("worker %s: %s received", self.name, signal.Signals(signum).name)
         self.stop()
 
@@ -206,15 +208,13 @@ class Worker:
             If the registration is refused (``Unauthorized``, ``Forbidden``...). Errors
             after it are logged and retried, never raised.
         """
-        previous: dict[int, Any] = {}
-        if self.install_signals and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                previous[signum] = signal.signal(signum, self._on_signal)
+        relay = SignalRelay(self._on_signal)
+        if self.install_signals:
+            relay.install()  # only from the main thread
         try:
             return self._run()
         finally:
-            for restored, handler in previous.items():
-                signal.signal(restored, handler)
+            relay.close()
             if self._own_client:
                 self.client.close()
 

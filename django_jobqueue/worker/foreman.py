@@ -46,7 +46,6 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from types import FrameType
 from typing import Any
 
 from django.db import connections
@@ -57,6 +56,7 @@ from ..models import Job
 from ..pauses import paused_queues
 from ..reconnect import retry_on_disconnect
 from ..registry import registered_job_types
+from ..stopsignals import SignalRelay
 from . import executor, wakeup
 from .claims import ForemanClaims
 from .completer import Completer
@@ -222,7 +222,9 @@ class Foreman(ForemanClaims, ForemanThreads):
             finally:
                 self._idle_runners -= 1
 
-    def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
+    def _handle_signal(self, signum: int) -> None:
+        """SIGTERM/SIGINT, relayed by :class:`.stopsignals.SignalRelay` (its thread,
+        not the signal handler: :meth:`stop` takes locks)."""
         name = signal.Signals(signum).name
         if self._stopping.is_set():
             logger.warning("%s again: handing running jobs back now", name)
@@ -252,10 +254,9 @@ class Foreman(ForemanClaims, ForemanThreads):
 
         Implements: seed 004 Foreman.Serve.
         """
-        previous: dict[int, Any] = {}
-        if install_signals and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                previous[signum] = signal.signal(signum, self._handle_signal)
+        relay = SignalRelay(self._handle_signal)
+        if install_signals:
+            relay.install()  # only from the main thread
         logger.info(
             "foreman started name=%s queues=%s concurrency=%d lease_ms=%d burst=%s",
             self.name,
@@ -291,8 +292,7 @@ class Foreman(ForemanClaims, ForemanThreads):
             if self.completer is not None:
                 self.completer.close()
             self._done.set()
-            for number, handler in previous.items():
-                signal.signal(number, handler)
+            relay.close()
             for thread in helpers:
                 thread.join(timeout=2)
             self._finish_threads()

@@ -1,0 +1,114 @@
+"""SIGTERM/SIGINT reach the foreman and the gateway worker outside the signal handler.
+
+Python runs a handler in the main thread between two of its bytecodes. The main
+thread of a foreman waits on an ``Event`` every dispatcher tick, and the gateway
+worker's on its stop event; a handler that set that event itself deadlocked when the
+signal landed while the main thread held the event's lock (on its way in or out of
+``wait()``): the process never exited. Each test here raises the signal in exactly
+that state. ``signal.raise_signal`` runs the Python handler before it returns, so the
+state is not a race. Were the handler to take the lock again, the test would hang:
+``faulthandler`` then dumps every thread's stack and ends the run after 60 s.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import signal
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from django_jobqueue.client.worker import Worker
+from django_jobqueue.stopsignals import SignalRelay
+from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard() -> Iterator[None]:
+    faulthandler.dump_traceback_later(60, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def test_relay__a_signal_raised_while_the_main_thread_holds_the_events_lock_is_delivered():
+    stopped = threading.Event()
+    got: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        got.append(signum)
+        stopped.set()
+
+    relay = SignalRelay(on_signal)
+    assert relay.install()
+    try:
+        with stopped._cond:  # noqa: SLF001 - what Event.wait() holds on its way in and out
+            signal.raise_signal(signal.SIGTERM)
+            assert not stopped.is_set()  # the callback waits for the lock, in its thread
+        assert stopped.wait(10)
+        assert got == [signal.SIGTERM]
+    finally:
+        relay.close()
+
+
+def test_relay__close_puts_the_previous_handlers_back():
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    relay = SignalRelay(lambda signum: None)
+    assert relay.install()
+    assert signal.getsignal(signal.SIGTERM) != before[signal.SIGTERM]
+    relay.close()
+    assert {s: signal.getsignal(s) for s in before} == before
+    relay.close()  # twice is harmless
+
+
+def test_relay__from_another_thread_installs_nothing():
+    relay = SignalRelay(lambda signum: None)
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(relay.install()))
+    thread.start()
+    thread.join()
+    assert result == [False]
+    assert signal.getsignal(signal.SIGTERM) is not relay._on_signal  # noqa: SLF001
+
+
+@pytest.mark.django_db(transaction=True)
+def test_foreman__sigterm_while_its_dispatcher_holds_the_wake_events_lock_stops_it():
+    foreman = Foreman(ForemanOptions(concurrency=1))
+    relay = SignalRelay(foreman._handle_signal)  # noqa: SLF001 - what run() installs
+    assert relay.install()
+    try:
+        # The dispatcher's tick is _dispatch_wake.wait(); stop() sets that event.
+        with foreman._dispatch_wake._cond:  # noqa: SLF001
+            signal.raise_signal(signal.SIGTERM)
+        assert foreman._dispatch_wake.wait(10)  # noqa: SLF001
+        assert foreman._stopping.is_set()  # noqa: SLF001
+        assert not foreman._forced.is_set()  # noqa: SLF001 - the first signal drains
+        with foreman._dispatch_wake._cond:  # noqa: SLF001
+            signal.raise_signal(signal.SIGINT)
+        for _ in range(100):
+            if foreman._forced.wait(0.1):  # noqa: SLF001 - the second one forces
+                break
+        assert foreman._forced.is_set()  # noqa: SLF001
+    finally:
+        relay.close()
+
+
+def test_gateway_worker__sigterm_while_it_holds_its_stop_events_lock_stops_it():
+    worker = Worker(
+        {"gw.echo": lambda payload, ctx: payload},
+        client=object(),  # type: ignore[arg-type] - never called: the worker is not run
+        queues=["default"],
+        install_signals=True,
+        name="py-signal-test",
+    )
+    relay = SignalRelay(worker._on_signal)  # noqa: SLF001 - what run() installs
+    assert relay.install()
+    try:
+        # The worker's pauses are _stop.wait(); stop() sets that event.
+        with worker._stop._cond:  # noqa: SLF001
+            signal.raise_signal(signal.SIGTERM)
+        assert worker._stop.wait(10)  # noqa: SLF001
+    finally:
+        relay.close()
