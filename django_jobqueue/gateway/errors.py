@@ -119,6 +119,13 @@ def from_jobqueue_error(
     return GatewayError(code, str(exc), field=field, headers=headers, extra=extra)
 
 
+def bad_parameter(exc: JobQueueError, field: str) -> GatewayError:
+    """Return the gateway answer of a malformed path or query parameter ``field``:
+    ``400 bad_request`` naming it, as ninja's own parameter checks answer (a body
+    field's is ``422 invalid_request``, :func:`from_jobqueue_error`)."""
+    return GatewayError("bad_request", str(exc), field=field, extra={"reason": exc.code})
+
+
 def _field_of_loc(loc: Any) -> tuple[str | None, bool, int | None]:
     """Return (the field a ninja error location names, whether it is in the body, the
     index of a batch's job)."""

@@ -23,7 +23,7 @@ from ..licence import require_pro
 from ..models import DEAD_STATUSES, Job, JobStatus, hold_hash
 from ..validation import check_queue, check_text
 from .auth import require
-from .errors import GatewayError, from_jobqueue_error
+from .errors import bad_parameter, from_jobqueue_error
 from .schemas import ERRORS, BulkIn, BulkOut, UniqueLocksOut, UniqueReleaseOut
 
 __all__ = ["router"]
@@ -41,17 +41,16 @@ class LocksQuery(Schema):
     cursor: str | None = Field(None, max_length=20, pattern=r"^[0-9]{1,18}$")
 
 
-def _checked_queue(request: HttpRequest, queue: str, *, query: bool = False) -> None:
-    """Refuse a malformed ``queue`` (a query parameter's: ``400 bad_request``, as
-    ninja's own query checks; a path's or body's: ``422``), then check the token."""
+def _checked_queue(request: HttpRequest, queue: str, *, in_body: bool = False) -> None:
+    """Refuse a malformed ``queue`` (a path or query parameter's: ``400
+    bad_request``, as ninja's own parameter checks; a body field's: ``422``), then
+    check the token."""
     try:
         check_queue(queue)
     except JobQueueError as exc:
-        if query:
-            raise GatewayError(
-                "bad_request", str(exc), field="queue", extra={"reason": exc.code}
-            ) from exc
-        raise from_jobqueue_error(exc, field="queue") from exc
+        if in_body:
+            raise from_jobqueue_error(exc, field="queue") from exc
+        raise bad_parameter(exc, "queue") from exc
     require(request, "admin", [queue])
 
 
@@ -66,7 +65,7 @@ def unique_locks(request: HttpRequest, filters: Query[LocksQuery]) -> Any:
     require_pro("the gateway's unique-locks route")
     require(request, "admin")
     if filters.queue is not None:
-        _checked_queue(request, filters.queue, query=True)
+        _checked_queue(request, filters.queue)
     from ..apitokens import queue_allowed
     from .auth import token_of
 
@@ -112,7 +111,7 @@ def release_unique_lock(request: HttpRequest, queue: str, key: str) -> Any:
     try:
         check_text(key, "A unique_key")
     except JobQueueError as exc:
-        raise from_jobqueue_error(exc, field="key") from exc
+        raise bad_parameter(exc, "key") from exc
     holders = Job.objects.using(jobs_database()).filter(queue=queue, unique_key_hash=hold_hash(key))
     jid = holders.values_list("jid", flat=True).first()
     released = bool(jid) and bool(
@@ -130,7 +129,7 @@ def release_unique_lock(request: HttpRequest, queue: str, key: str) -> Any:
 def bulk(request: HttpRequest, body: BulkIn) -> Any:
     """Retry (dead letters and scheduled jobs) or cancel (waiting and running ones)."""
     require_pro("the gateway's bulk route")
-    _checked_queue(request, body.queue)
+    _checked_queue(request, body.queue, in_body=True)
     jobs = Job.objects.using(jobs_database()).filter(queue=body.queue)
     if body.job_type is not None:
         jobs = jobs.filter(job_type=body.job_type)

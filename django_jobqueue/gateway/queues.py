@@ -22,7 +22,7 @@ from ..models import Job
 from ..overview import jobs_database
 from ..validation import check_queue, check_text
 from .auth import require
-from .errors import GatewayError, from_jobqueue_error
+from .errors import GatewayError, bad_parameter, from_jobqueue_error
 from .schemas import (
     ERRORS,
     AddedOut,
@@ -51,13 +51,17 @@ class ListQuery(Schema):
 
 
 def _checked(request: HttpRequest, scope: str, queue: str, job_id: str | None = None) -> None:
+    """Refuse a malformed path ``queue`` or ``id`` (``400 bad_request`` naming it),
+    then check the token's ``scope`` on the queue."""
     try:
         check_queue(queue)
-        if job_id is not None:
-            check_text(job_id, "A job id")
     except JobQueueError as exc:
-        field = "id" if job_id is not None and "queue" not in str(exc) else "queue"
-        raise from_jobqueue_error(exc, field=field) from exc
+        raise bad_parameter(exc, "queue") from exc
+    if job_id is not None:
+        try:
+            check_text(job_id, "A job id")
+        except JobQueueError as exc:
+            raise bad_parameter(exc, "id") from exc
     require(request, scope, [queue])
 
 

@@ -72,6 +72,32 @@ def test_unique_locks__a_malformed_queue_parameter_is_400(admin_api, pro):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "path", "field", "detail"),
+    [
+        ("get", "/sdk/queues/a%00/ids/x", "queue", "queue"),
+        ("post", "/sdk/queues/a%00/ids/x/add", "queue", "queue"),
+        ("get", "/sdk/queues/" + "q" * 200 + "/jobs", "queue", "queue"),
+        ("get", f"{IDS}/x%00", "id", "a job id"),
+        ("post", f"{IDS}/x%00/set", "id", "a job id"),
+        ("post", "/sdk/queues/a%00/pause", "queue", "queue"),
+        ("delete", "/sdk/unique-locks/a%00/k", "queue", "queue"),
+        ("delete", "/sdk/unique-locks/gw/k%00", "key", "a unique_key"),
+    ],
+)
+def test_a_malformed_path_parameter_is_400_naming_it(admin_api, pro, method, path, field, detail):
+    """As docs/gateway.md's table has it: a malformed path parameter is a 400, like a
+    query parameter's; a body field's is a 422. Nothing is written."""
+    call = getattr(admin_api, method)
+    response = call(path, {"value": 1}) if method == "post" else call(path)
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert (body["error"], body["field"]) == ("bad_request", field), body
+    assert detail in body["detail"].lower(), body["detail"]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
 def test_ids__secure_values_are_hidden(api):
     api.post("/sdk/queues/gw-secure/ids/s/add", {"value": {"pin": 1234}})
     assert api.get("/sdk/queues/gw-secure/ids/s").json()["value"] is None
