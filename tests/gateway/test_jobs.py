@@ -194,6 +194,23 @@ def test_batch__an_id_deduplicated_by_an_earlier_jobs_unique_key_is_its_answer(a
     assert api.get(f"/sdk/jobs/{results[0]['jid']}").json()["id"] == "a"
 
 
+def test_batch__a_free_id_whose_unique_key_a_stored_job_holds_is_deduplicated_as_alone(api):
+    holder = api.post("/sdk/jobs", job(id="first", unique_key="k")).json()["jid"]
+    alone = api.post("/sdk/jobs", job(id="second", unique_key="k"))
+    assert (alone.status_code, alone.json()) == (200, {"status": "deduplicated", "jid": holder})
+    response = api.post("/sdk/jobs/batch", {"jobs": [job(), job(id="second", unique_key="k")]})
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == ["enqueued", "deduplicated"]
+    assert results[1]["jid"] == holder
+    assert Job.objects.count() == 2
+    # Its id held as well (by the same job): that is the 409 of POST /sdk/jobs.
+    taken = api.post("/sdk/jobs/batch", {"jobs": [job(), job(id="first", unique_key="k")]})
+    assert taken.status_code == 409, taken.content
+    assert (taken.json()["jid"], taken.json()["index"]) == (holder, 1)
+    assert Job.objects.count() == 2
+
+
 def test_batch__over_max_batch_is_422(api):
     with override_settings(JOBQUEUE={"GATEWAY": {"MAX_BATCH": 2}}):
         response = api.post("/sdk/jobs/batch", {"jobs": [job(), job(), job()]})
