@@ -6,17 +6,22 @@ connections it inherited and runs one :class:`~django_jobqueue.worker.foreman.Fo
 A child that crashes (exits non-zero or by a signal the parent did not send) is
 restarted after a pause; in burst mode a child that exits 0 has drained and is
 not restarted, and the parent returns when every child has. SIGTERM/SIGINT to the
-parent is passed to every child (first: drain, second: force).
+parent is passed to every child (first: drain, second: force). A child whose parent
+has gone (killed outright) drains and exits as on SIGTERM. Each child sends its
+outcome counts to the parent on a pipe of its own, for ``runworkers``' final line.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import multiprocessing
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any
@@ -34,9 +39,26 @@ logger = logging.getLogger(__name__)
 _RESTART_PAUSE_S = 1.0
 #: A burst child that crashes this many times makes the supervisor give up.
 _BURST_MAX_CRASHES = 5
+#: How often (s) a child looks whether its supervisor is still there.
+_PARENT_POLL_S = 0.5
 
 
-def _child_main(options: dict[str, Any], log_level: int) -> None:
+def _watch_parent(parent_pid: int, stop: Callable[[], None]) -> None:
+    """In a child: call ``stop`` once the supervisor ``parent_pid`` has gone.
+
+    A supervisor killed outright (SIGKILL, an OOM kill) passes no signal on; its
+    children, each in its own process group, would run on unsupervised. They drain
+    instead, as on SIGTERM, within :data:`_PARENT_POLL_S` of the loss.
+    """
+    while os.getppid() == parent_pid:
+        time.sleep(_PARENT_POLL_S)
+    logger.warning("the supervisor (pid %s) has gone: stopping", parent_pid)
+    stop()
+
+
+def _child_main(
+    options: dict[str, Any], log_level: int, report: Connection, parent_pid: int
+) -> None:
     if not apps.ready:  # spawn start method: a fresh interpreter
         django.setup()
     if hasattr(os, "setpgrp"):
@@ -54,7 +76,15 @@ def _child_main(options: dict[str, Any], log_level: int) -> None:
     # deferred: a spawned child imports this module before django.setup() above
     from .foreman import Foreman, ForemanOptions
 
-    Foreman(ForemanOptions(**options)).run()
+    foreman = Foreman(ForemanOptions(**options))
+    threading.Thread(
+        target=_watch_parent, args=(parent_pid, foreman.stop), name="jq-parent", daemon=True
+    ).start()
+    stats = foreman.run()
+    # Its own pipe, not a queue shared by the children: a child killed mid-write
+    # then takes no lock with it that another child's report would wait on.
+    report.send(stats)
+    report.close()
 
 
 class Supervisor:
@@ -80,21 +110,41 @@ class Supervisor:
         methods = multiprocessing.get_all_start_methods()
         self._mp: Any = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         self._children: dict[int, BaseProcess] = {}
+        self._reports: dict[int, Connection] = {}
+        #: Jobs the children stored an outcome for, by status, summed over every
+        #: child that returned (a crashed or killed child reports nothing).
+        self.stats: collections.Counter[str] = collections.Counter()
         self._stopping = threading.Event()
         self._signals_sent = 0
         self._crashes = [0] * processes
 
     def _start(self, index: int) -> None:
         connections.close_all()
+        receive, send = self._mp.Pipe(duplex=False)
         process = self._mp.Process(
             target=_child_main,
-            args=(self.options, self.log_level),
+            args=(self.options, self.log_level, send, os.getpid()),
             name=f"jq-foreman-{index}",
             daemon=False,
         )
         process.start()
+        send.close()  # the child's end: EOF here once the child has gone
         self._children[index] = process
+        self._reports[index] = receive
         logger.info("foreman process started index=%d pid=%s", index, process.pid)
+
+    def _collect(self, index: int) -> None:
+        """Add the stats the child ``index`` sent before it exited, if it did."""
+        receive = self._reports.pop(index, None)
+        if receive is None:
+            return
+        try:
+            if receive.poll():
+                self.stats.update(receive.recv())
+        except (EOFError, OSError):
+            pass  # crashed or killed before its report: nothing to add
+        finally:
+            receive.close()
 
     def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping.set()
@@ -129,6 +179,7 @@ class Supervisor:
                     if index in finished or process.is_alive():
                         continue
                     process.join()
+                    self._collect(index)
                     exitcode = process.exitcode
                     if self._stopping.is_set() or (burst and exitcode == 0):
                         finished.add(index)
@@ -156,4 +207,8 @@ class Supervisor:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            for index, process in self._children.items():
+                if index in self._reports and not process.is_alive():
+                    process.join()
+                    self._collect(index)  # those that ended after the loop's last look
         return code

@@ -106,6 +106,73 @@ def test_sigterm__running_jobs_finish_or_go_back_none_lost():
     assert Job.objects.filter(status=JobStatus.DONE).count() == 3
 
 
+def test_processes__the_final_line_sums_every_childs_outcomes_in_burst_and_on_sigterm():
+    for i in range(6):
+        enqueue_job(None, "worker.record", {"label": str(i)})
+    enqueue_job(None, "worker.fatal", {})
+    proc = run_workers("--burst", "--processes", "2", "--verbosity", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "runworkers finished: done=6 error=1" in proc.stdout, proc.stdout
+
+    for i in range(4):
+        enqueue_job(None, "worker.record", {"label": f"t{i}"})
+    proc = run_workers("--processes", "2", "--verbosity", "1", wait=False)
+    try:
+        assert wait_for(lambda: RunRecord.objects.count() == 11)  # worker.fatal's too
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "runworkers finished: done=4" in out, (out, err[-3000:])
+
+
+def children_of(pid: int) -> set[int]:
+    """The pids whose parent is ``pid`` (Linux /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            if int(fields[1]) == pid:  # the field after the state: the parent's pid
+                found.add(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads children from /proc")
+def test_processes__children_whose_supervisor_is_killed_drain_and_exit():
+    proc = run_workers("--processes", "2", "--verbosity", "1", wait=False)
+    children: set[int] = set()
+    try:
+        assert wait_for(lambda: len(children_of(proc.pid)) == 2)
+        children = children_of(proc.pid)
+        enqueue_job(None, "worker.record", {"label": "before"})
+        assert wait_for(lambda: RunRecord.objects.count() == 1)
+        proc.kill()  # SIGKILL: nothing is passed on
+        # EOF on its pipes once the children, which share them, have exited too.
+        proc.communicate(timeout=90)
+        assert wait_for(lambda: not any(alive(child) for child in children), timeout_s=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for child in children:  # init's children by now, if they outlived it
+            if alive(child):
+                os.kill(child, signal.SIGKILL)
+    assert not Job.objects.processing().exists()
+
+
 def test_burst__with_nothing_due_exits_zero():
     proc = run_workers("--burst")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -187,13 +187,16 @@ class Command(BaseCommand):
             try:
                 if processes == 1:
                     stats = Foreman(ForemanOptions(**foreman_options)).run()
-                    if verbosity:
-                        summary = " ".join(f"{k}={v}" for k, v in sorted(stats.items()))
-                        self.stdout.write(f"runworkers finished: {summary or 'no jobs'}")
-                    return
-                code = Supervisor(processes, foreman_options, log_level=level).run()
+                    code = 0
+                else:
+                    supervisor = Supervisor(processes, foreman_options, log_level=level)
+                    code = supervisor.run()
+                    stats = dict(supervisor.stats)
             except ImproperlyConfiguredJobQueue as exc:
                 raise CommandError(str(exc)) from exc
+        if verbosity:
+            summary = " ".join(f"{k}={v}" for k, v in sorted(stats.items()))
+            self.stdout.write(f"runworkers finished: {summary or 'no jobs'}")
         if code:
             raise CommandError(
                 "A burst worker process kept crashing; see the log above for its error."
