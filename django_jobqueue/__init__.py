@@ -52,7 +52,8 @@ store (``:``)                 ``models``: Job and ScheduleJob; ``managers``: cre
                               sending a queue's wake-up after commit; ``apitokens``: the
                               gateway's hashed API tokens; ``workerstats``: the worker
                               registry and per-minute statistics; ``pauses``: queue
-                              pause and resume
+                              pause and resume; ``errorlog``: the entry a failed
+                              attempt adds to a job's errors
 leaves (``:``)                ``conf``: the JOBQUEUE settings; ``durations``: the one
                               duration parser; ``exceptions``: the typed errors;
                               ``validation``: text, queue, payload and delay checks;

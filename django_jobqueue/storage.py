@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import traceback as tb
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import timedelta
@@ -35,12 +34,12 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
 from . import locks, reconnect, storage_sql, unique
 from .backoff import backoff_ms
 from .conf import get_config
 from .dbclock import Now
+from .errorlog import describe, error_entry, escaped
 from .models import Job, JobStatus
 from .pauses import paused_queues
 from .registry import UNSET, get_job_description
@@ -343,38 +342,6 @@ def complete_many(items: Sequence[tuple[Job, Any]]) -> list[bool]:
     return [job.pk in stored or complete(job, result) for job, result in items]
 
 
-def _storable(text: str) -> str:
-    """Return ``text`` with NUL and lone surrogates escaped, so every database stores it."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
-
-
-def _describe(exc: BaseException) -> str:
-    """Return ``"Class: message"`` of ``exc``, even when its ``str()`` raises."""
-    try:
-        text = str(exc)
-    except Exception:  # noqa: BLE001 (a handler's error whose __str__ is broken)
-        text = "<str() failed>"
-    return f"{type(exc).__name__}: {text}"
-
-
-def _error_entry(
-    job: Job, exc: BaseException | None, message: str, exception_class: str = ""
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "attempt": job.attempt,
-        "at": timezone.now().isoformat(),
-        "message": "<secure>" if job.secure else message,
-        "exception_class": _storable(exception_class[:200]),
-        "traceback": "",
-    }
-    if exc is not None:
-        cls = type(exc)  # a class made at run time may carry any text in its name
-        entry["exception_class"] = _storable(f"{cls.__module__}.{cls.__qualname__}")
-        if not job.secure:
-            entry["traceback"] = _storable("".join(tb.format_exception(exc)))
-    return entry
-
-
 def fail(
     job: Job,
     exc: BaseException | None,
@@ -394,8 +361,8 @@ def fail(
     unique key until the key's TTL (seed 000: an ``until_executed`` lock is not freed
     by a failure).
     """
-    message = _storable(message or (_describe(exc) if exc is not None else "failed"))
-    errors = [*job.errors, _error_entry(job, exc, message, exception_class)]
+    message = escaped(message or (describe(exc) if exc is not None else "failed"))
+    errors = [*job.errors, error_entry(job, exc, message, exception_class)]
     fields: dict[str, Any] = {
         "errors": errors,
         "message": "<secure>" if job.secure else message[:10_000],
@@ -585,7 +552,7 @@ def reap_expired(using: str, *, limit: int = 100) -> int:
             lease_expires_at__lt=Now(),
         )
         message = f"lease expired (worker {job.lease_owner} stopped heartbeating)"
-        entry = _error_entry(job, None, message)
+        entry = error_entry(job, None, message)
         fields: dict[str, Any] = {
             "errors": [*job.errors, entry],
             "message": message,
