@@ -1,4 +1,4 @@
-"""Job types of the schedule tests (tests/test_schedules.py).
+"""Job types of the schedule tests (tests/test_schedules*.py).
 
 None declares a cron: a declared plan would be synced by every foreman test.
 """
