@@ -32,6 +32,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from . import locks
 from .conf import get_config
 from .dbclock import Now
+from .exceptions import DuplicateJob
 from .managers import EnqueueResult, JobSpec, check_transaction, hold_hash, hold_lock_names
 from .rawinsert import Row, insert_rows, new_jids
 from .workerstats import count_deduplicated
@@ -46,7 +47,7 @@ _INTEGRITY_RETRIES = 3
 _HASHES_PER_QUERY = 400
 
 
-def create_many(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+def create_many(specs: Sequence[JobSpec], *, refuse_held_ids: bool = False) -> list[EnqueueResult]:
     """Insert the jobs of ``specs`` in one transaction; answer each, in order.
 
     Parameters
@@ -54,6 +55,11 @@ def create_many(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
     specs:
         Validated jobs (:func:`~django_jobqueue.enqueue.build_job`), all on one
         database alias.
+    refuse_held_ids:
+        Refuse the batch, writing nothing, at its first job whose id a job of the
+        table holds (the gateway's batch, as ``POST /sdk/jobs`` refuses one),
+        instead of answering it ``deduplicated``. Decided under the batch's locks,
+        from the same read of the holders as the dedupe.
 
     Returns
     -------
@@ -69,6 +75,9 @@ def create_many(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         Nothing is written.
     WrongDatabase
         If the caller's transaction is open on another alias than the jobs'.
+    DuplicateJob
+        With ``refuse_held_ids``: the first job whose id is held, its ``index`` and
+        the ``holder_jid``. Nothing is written.
 
     Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob, for a batch.
     """
@@ -77,12 +86,16 @@ def create_many(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
     using = specs[0].using
     check_transaction(using)
     timeout_ms = get_config().LOCK_TIMEOUT_MS
-    results = locks.retry_when_locked(using, _create, specs, timeout_ms, timeout_ms=timeout_ms)
+    results = locks.retry_when_locked(
+        using, _create, specs, timeout_ms, refuse_held_ids, timeout_ms=timeout_ms
+    )
     count_deduplicated(specs, results)  # issue 13: for the dedupe audit, written in batches
     return results
 
 
-def _create(specs: Sequence[JobSpec], timeout_ms: int) -> list[EnqueueResult]:
+def _create(
+    specs: Sequence[JobSpec], timeout_ms: int, refuse_held_ids: bool
+) -> list[EnqueueResult]:
     using = specs[0].using
     names = sorted(
         {
@@ -96,7 +109,7 @@ def _create(specs: Sequence[JobSpec], timeout_ms: int) -> list[EnqueueResult]:
             if names:
                 try:
                     with locks.creation_lock(using, names, timeout_ms=timeout_ms):
-                        results = _create_locked(specs)
+                        results = _create_locked(specs, refuse_held_ids)
                         if not any(result.status == "enqueued" for result in results):
                             # All deduplicated: roll the savepoint back, which frees a
                             # PostgreSQL lock now, not when the caller's transaction ends.
@@ -105,7 +118,7 @@ def _create(specs: Sequence[JobSpec], timeout_ms: int) -> list[EnqueueResult]:
                 except _NothingWritten as nothing:
                     return nothing.results
             with transaction.atomic(using=using):
-                return _create_locked(specs)
+                return _create_locked(specs, refuse_held_ids)
         except IntegrityError:
             if attempt == _INTEGRITY_RETRIES or connections[using].needs_rollback:
                 raise
@@ -121,7 +134,7 @@ class _NothingWritten(Exception):  # noqa: N818 - control flow, never leaves thi
         self.results = results
 
 
-def _create_locked(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+def _create_locked(specs: Sequence[JobSpec], refuse_held_ids: bool) -> list[EnqueueResult]:
     using = specs[0].using
     if not any(spec.job_id is not None or spec.unique_key is not None for spec in specs):
         # No id, no key: no holder to look for, every job goes in.
@@ -133,6 +146,8 @@ def _create_locked(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         )
         return [EnqueueResult(status="enqueued", jid=jid) for jid in all_jids]
     live = _live_holders(using, specs)
+    if refuse_held_ids:
+        _refuse_held_ids(specs, live)
     results: list[EnqueueResult] = []
     rows: list[Row] = []
     jids = iter(new_jids(len(specs)))
@@ -149,6 +164,21 @@ def _create_locked(specs: Sequence[JobSpec]) -> list[EnqueueResult]:
         results.append(EnqueueResult(status="enqueued", jid=jid))
     insert_rows(using, rows, wake_queues=[row.spec.queue for row in rows if row.spec.due_now])
     return results
+
+
+def _refuse_held_ids(specs: Sequence[JobSpec], live: dict[tuple[str, str, str], str]) -> None:
+    """Raise DuplicateJob for the first job whose id a job of the table holds
+    (``live``: the table's live holds, before any job of the batch is placed)."""
+    for index, spec in enumerate(specs):
+        if spec.job_id is None:
+            continue
+        holder = live.get(("id", spec.queue, hold_hash(spec.job_id)))
+        if holder is not None:
+            raise DuplicateJob(
+                f"Job id {spec.job_id!r} is already held on queue {spec.queue!r} by job {holder}.",
+                holder_jid=holder,
+                index=index,
+            )
 
 
 def _holds(spec: JobSpec) -> list[tuple[str, str, str]]:

@@ -75,14 +75,18 @@ class UnknownJobType(InvalidRequest, LookupError):
 class DuplicateJob(JobQueueError):
     """A job with this (queue, id) already holds the id (seed 004 DUPLICATE_JOB).
 
-    ``holder_jid`` is the jid of the job that holds it, when known.
+    ``holder_jid`` is the jid of the job that holds it, when known; ``index`` the
+    refused job's place in its batch, when it came in one.
     """
 
     code = "duplicate_job"
 
-    def __init__(self, message: str, *, holder_jid: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, holder_jid: str | None = None, index: int | None = None
+    ) -> None:
         super().__init__(message)
         self.holder_jid = holder_jid
+        self.index = index
 
 
 class DirectCreateRefused(JobQueueError):

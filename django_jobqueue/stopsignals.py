@@ -6,23 +6,32 @@ hold at that moment deadlocks the process for good: ``threading.Event.set()``
 takes the event's own lock, which the main thread holds on its way in and out of
 ``Event.wait()``. A foreman's main thread waits on such an event every dispatcher
 tick (10 ms), so a SIGTERM that lands in that window left ``runworkers`` running
-forever, its jobs leased.
+forever, its jobs leased. (A second signal nested in the handler of the first
+does the same to any handler that sets an event.)
 
 So the handler here takes no lock: it writes the signal's number to a pipe, and
 a daemon thread reads it and calls the real callback (stop, log) as ordinary code.
+
+A process forked while a relay is installed (a job's ``multiprocessing`` child, a
+supervisor's foreman) does not inherit it: the child has no relay thread, so its
+handlers go back to what they were before :meth:`SignalRelay.install` and it
+closes its copies of the pipe; else a ``terminate()`` of that child would stop
+the parent's foreman instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "SignalRelay"]
+__all__ = ["STOP_SIGNALS", "SignalRelay", "stop_signals_blocked", "unblock_stop_signals"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +39,9 @@ logger = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _CLOSE = 0  # not a signal number: tells the relay thread to end
+
+#: Installed relays, for the fork hook below.
+_INSTALLED: weakref.WeakSet[SignalRelay] = weakref.WeakSet()
 
 
 class SignalRelay:
@@ -49,38 +61,57 @@ class SignalRelay:
     def __init__(self, callback: Callable[[int], None]) -> None:
         self._callback = callback
         self._previous: dict[int, Any] = {}
-        self._read_fd = -1
+        self._read_fd = -1  # closed by the relay thread (or a forked child) only
         self._write_fd = -1
         self._thread: threading.Thread | None = None
 
     def install(self) -> bool:
         """Handle :data:`STOP_SIGNALS` from now on; return whether it could.
 
-        Only the main thread can set signal handlers: from another thread this
-        installs nothing and returns False.
+        Only the main thread can set signal handlers: from another thread (or a
+        second time) this installs nothing and returns False.
         """
         if threading.current_thread() is not threading.main_thread() or self._thread:
             return False
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)  # a full pipe drops, never blocks
-        self._thread = threading.Thread(target=self._relay, name="jq-signals", daemon=True)
+        # The thread owns the read end and closes it when it ends: never while it
+        # may still read, so the number cannot be another file's by then.
+        self._thread = threading.Thread(
+            target=self._relay, args=(self._read_fd,), name="jq-signals", daemon=True
+        )
         self._thread.start()
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._on_signal)
+        _INSTALLED.add(self)
         return True
 
     def close(self) -> None:
         """Put the previous handlers back and end the relay thread."""
         if self._thread is None:
             return
+        _INSTALLED.discard(self)
+        self._restore_handlers()
+        self._send(_CLOSE)
+        os.close(self._write_fd)  # EOF for the thread, should the byte be dropped
+        self._write_fd = -1
+        self._thread.join(timeout=2)  # longer only while the callback runs
+        self._thread = None
+
+    def _restore_handlers(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
-        self._send(_CLOSE)
-        self._thread.join(timeout=2)
-        self._thread = None
-        for fd in (self._read_fd, self._write_fd):
-            os.close(fd)
+
+    def _forget_in_child(self) -> None:
+        """In a child forked while installed: no thread here to relay to."""
+        with contextlib.suppress(ValueError, OSError):
+            self._restore_handlers()
+        if self._thread is not None:
+            self._thread = None
+            for fd in (self._read_fd, self._write_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._read_fd = self._write_fd = -1
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -90,19 +121,60 @@ class SignalRelay:
     def _send(self, code: int) -> None:
         try:
             os.write(self._write_fd, bytes((code,)))
-        except (BlockingIOError, OSError):
+        except OSError:  # BlockingIOError included
             pass  # 64 KiB of unread signals already say "stop"
 
-    def _relay(self) -> None:
-        while True:
-            try:
-                data = os.read(self._read_fd, 64)
-            except OSError:
-                return
-            for code in data:
-                if code == _CLOSE:
-                    return
+    def _relay(self, read_fd: int) -> None:
+        try:
+            while True:
                 try:
-                    self._callback(code)
-                except Exception:  # noqa: BLE001 - a signal must not kill the relay
-                    logger.exception("handling signal %s failed", code)
+                    data = os.read(read_fd, 64)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return  # the write end is closed
+                for code in data:
+                    if code == _CLOSE:
+                        return
+                    try:
+                        self._callback(code)
+                    except Exception:  # noqa: BLE001 - a signal must not kill the relay
+                        logger.exception("handling signal %s failed", code)
+        finally:
+            os.close(read_fd)
+
+
+def _after_fork_in_child() -> None:
+    for relay in list(_INSTALLED):
+        relay._forget_in_child()  # noqa: SLF001 - this module's own
+    _INSTALLED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Hold SIGTERM/SIGINT back from this thread for the block (POSIX; elsewhere a
+    no-op); one that arrives meanwhile is delivered when the block ends.
+
+    A process started inside the block starts with them blocked too, and unblocks
+    them once it handles them itself (:func:`unblock_stop_signals`).
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def unblock_stop_signals() -> None:
+    """Let SIGTERM/SIGINT reach this thread (one held back arrives now)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

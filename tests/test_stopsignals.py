@@ -13,14 +13,17 @@ state is not a race. Were the handler to take the lock again, the test would han
 from __future__ import annotations
 
 import faulthandler
+import multiprocessing
+import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from django_jobqueue.client.worker import Worker
-from django_jobqueue.stopsignals import SignalRelay
+from django_jobqueue.stopsignals import SignalRelay, stop_signals_blocked, unblock_stop_signals
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
 
@@ -110,5 +113,83 @@ def test_gateway_worker__sigterm_while_it_holds_its_stop_events_lock_stops_it():
         with worker._stop._cond:  # noqa: SLF001
             signal.raise_signal(signal.SIGTERM)
         assert worker._stop.wait(10)  # noqa: SLF001
+    finally:
+        relay.close()
+
+
+def _sleep_in_child(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_relay__a_forked_child_does_not_inherit_it():
+    """A job's multiprocessing child (fork) terminated by its parent dies of the
+    SIGTERM, as without a relay, and the parent's relay hears nothing of it."""
+    got: list[int] = []
+    relay = SignalRelay(got.append)
+    assert relay.install()
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_sleep_in_child, args=(30,))
+        child.start()
+        time.sleep(0.2)  # past the fork hooks
+        child.terminate()
+        child.join(10)
+        assert child.exitcode == -signal.SIGTERM
+        time.sleep(0.2)
+        assert got == []
+    finally:
+        relay.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_foreman__a_run_that_fails_to_start_puts_the_handlers_back(monkeypatch):
+    before = signal.getsignal(signal.SIGTERM)
+    threads_before = {t.name for t in threading.enumerate()}
+    foreman = Foreman(ForemanOptions(concurrency=1))
+
+    def bad_schedules() -> None:
+        raise RuntimeError("a bad SCHEDULES")
+
+    monkeypatch.setattr(foreman, "_sync_schedules", bad_schedules)
+    with pytest.raises(RuntimeError, match="a bad SCHEDULES"):
+        foreman.run()
+    assert signal.getsignal(signal.SIGTERM) == before
+    for _ in range(50):
+        if "jq-signals" not in {t.name for t in threading.enumerate()} - threads_before:
+            break
+        time.sleep(0.1)
+    assert "jq-signals" not in {t.name for t in threading.enumerate()} - threads_before
+
+
+def _child_that_handles_its_signals_late(startup_s: float) -> None:
+    """A supervisor's child: a slow start, then its own relay, then the signals."""
+    time.sleep(startup_s)  # a SIGTERM sent now must wait, not go anywhere else
+    heard = threading.Event()
+    relay = SignalRelay(lambda signum: heard.set())
+    relay.install()
+    unblock_stop_signals()
+    try:
+        os._exit(0 if heard.wait(5) else 3)  # noqa: SLF001 - the child's verdict
+    finally:
+        relay.close()
+
+
+def test_blocked_signals__a_child_started_in_the_block_gets_its_sigterm_once_it_handles_it():
+    """As the supervisor starts a foreman: the parent's relay installed, the fork
+    inside stop_signals_blocked. A SIGTERM sent while the child starts reaches the
+    child's own relay once installed, not the parent's (inherited) one."""
+    got: list[int] = []
+    relay = SignalRelay(got.append)
+    assert relay.install()
+    try:
+        with stop_signals_blocked():
+            child = multiprocessing.get_context("fork").Process(
+                target=_child_that_handles_its_signals_late, args=(0.5,)
+            )
+            child.start()
+        os.kill(child.pid, signal.SIGTERM)
+        child.join(20)
+        assert child.exitcode == 0, child.exitcode
+        time.sleep(0.2)
+        assert got == []
     finally:
         relay.close()

@@ -209,9 +209,9 @@ class Worker:
             after it are logged and retried, never raised.
         """
         relay = SignalRelay(self._on_signal)
-        if self.install_signals:
-            relay.install()  # only from the main thread
         try:
+            if self.install_signals:
+                relay.install()  # only from the main thread
             return self._run()
         finally:
             relay.close()

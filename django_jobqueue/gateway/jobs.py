@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Router, Status
@@ -22,9 +21,8 @@ from .. import maintenance
 from ..bulk import create_many
 from ..conf import get_config
 from ..enqueue import JobSpec, build_job, create_job, jobs_database
-from ..exceptions import DuplicateJob, InvalidOption, InvalidRequest, JobQueueError, ProRequired
-from ..managers import EnqueueResult
-from ..models import DEAD_STATUSES, Job, JobStatus, hold_hash
+from ..exceptions import InvalidOption, InvalidRequest, JobQueueError, ProRequired
+from ..models import DEAD_STATUSES, Job, JobStatus
 from ..registry import get_job_description
 from ..validation import check_delay, check_json, check_queue, check_text
 from .auth import require
@@ -177,50 +175,11 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
     try:
         # Bulk enqueue: every lock taken once in sorted order, multi-row INSERTs, one
         # wake-up per queue. A held id refuses the batch as it refuses POST /sdk/jobs
-        # (seed 004 DUPLICATE_JOB), so the batch runs in a transaction to roll back.
-        with transaction.atomic(using=jobs_database()):
-            results = create_many(specs)
-            _refuse_held_ids(specs, results)
+        # (seed 004 DUPLICATE_JOB), decided under the batch's locks.
+        results = create_many(specs, refuse_held_ids=True)
     except JobQueueError as exc:
         raise _refusal(exc, getattr(exc, "index", None)) from exc
     return {"results": [dict(result) for result in results]}
-
-
-def _refuse_held_ids(specs: list[JobSpec], results: list[EnqueueResult]) -> None:
-    """Refuse the batch at its first job whose id a job of the table holds.
-
-    ``create_many`` answers such a job ``deduplicated``, as it answers one whose
-    unique key is held; ``POST /sdk/jobs`` refuses the first with 409 and answers the
-    second 200, and so does the batch. A slot deduplicated onto a job of this batch
-    matched its unique key (the batch names each id once), so only the holders from
-    the table are read, in one query, inside the batch's transaction.
-
-    Raises
-    ------
-    DuplicateJob
-        With ``holder_jid`` and ``index`` (the job's place in the batch).
-    """
-    new = {result.jid for result in results if not result.deduplicated}
-    suspects = [
-        (index, spec.queue, spec.job_id, result.jid)
-        for index, (spec, result) in enumerate(zip(specs, results, strict=True))
-        if spec.job_id is not None and result.deduplicated and result.jid not in new
-    ]
-    if not suspects:
-        return
-    holds = set(
-        Job.objects.using(jobs_database())
-        .filter(jid__in={jid for *_, jid in suspects}, job_id_hash__isnull=False)
-        .values_list("jid", "queue", "job_id_hash")
-    )
-    for index, queue, job_id, jid in suspects:
-        if (jid, queue, hold_hash(job_id)) in holds:
-            held = DuplicateJob(
-                f"Job id {job_id!r} is already held on queue {queue!r} by job {jid}.",
-                holder_jid=jid,
-            )
-            held.index = index  # type: ignore[attr-defined]
-            raise held
 
 
 def _refuse_repeated_ids(specs: list[JobSpec]) -> None:

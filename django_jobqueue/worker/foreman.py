@@ -255,8 +255,20 @@ class Foreman(ForemanClaims, ForemanThreads):
         Implements: seed 004 Foreman.Serve.
         """
         relay = SignalRelay(self._handle_signal)
-        if install_signals:
-            relay.install()  # only from the main thread
+        try:
+            if install_signals:
+                relay.install()  # only from the main thread
+            return self._serve()
+        finally:
+            relay.close()  # also when the start failed (a bad SCHEDULES, say)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called: the foreman drains, or has stopped."""
+        return self._stopping.is_set()
+
+    def _serve(self) -> dict[str, int]:
+        """:meth:`run`'s body, signals handled or not."""
         logger.info(
             "foreman started name=%s queues=%s concurrency=%d lease_ms=%d burst=%s",
             self.name,
@@ -292,7 +304,6 @@ class Foreman(ForemanClaims, ForemanThreads):
             if self.completer is not None:
                 self.completer.close()
             self._done.set()
-            relay.close()
             for thread in helpers:
                 thread.join(timeout=2)
             self._finish_threads()

@@ -20,17 +20,19 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import django
 from django.apps import apps
 from django.db import connections
 
+from ..stopsignals import SignalRelay, stop_signals_blocked, unblock_stop_signals
 from .logsetup import add_default_handler
+
+if TYPE_CHECKING:
+    from .foreman import Foreman
 
 __all__ = ["Supervisor"]
 
@@ -43,17 +45,19 @@ _BURST_MAX_CRASHES = 5
 _PARENT_POLL_S = 0.5
 
 
-def _watch_parent(parent_pid: int, stop: Callable[[], None]) -> None:
-    """In a child: call ``stop`` once the supervisor ``parent_pid`` has gone.
+def _watch_parent(parent_pid: int, foreman: Foreman) -> None:
+    """In a child: stop ``foreman`` once the supervisor ``parent_pid`` has gone.
 
     A supervisor killed outright (SIGKILL, an OOM kill) passes no signal on; its
     children, each in its own process group, would run on unsupervised. They drain
-    instead, as on SIGTERM, within :data:`_PARENT_POLL_S` of the loss.
+    instead, as on SIGTERM, within :data:`_PARENT_POLL_S` of the loss; one that
+    already drains goes on draining (a second stop would force).
     """
     while os.getppid() == parent_pid:
         time.sleep(_PARENT_POLL_S)
-    logger.warning("the supervisor (pid %s) has gone: stopping", parent_pid)
-    stop()
+    if not foreman.stopping:
+        logger.warning("the supervisor (pid %s) has gone: stopping", parent_pid)
+        foreman.stop()
 
 
 def _child_main(
@@ -77,14 +81,22 @@ def _child_main(
     from .foreman import Foreman, ForemanOptions
 
     foreman = Foreman(ForemanOptions(**options))
-    threading.Thread(
-        target=_watch_parent, args=(parent_pid, foreman.stop), name="jq-parent", daemon=True
-    ).start()
-    stats = foreman.run()
-    # Its own pipe, not a queue shared by the children: a child killed mid-write
-    # then takes no lock with it that another child's report would wait on.
-    report.send(stats)
-    report.close()
+    # The parent started this child with SIGTERM/SIGINT blocked: one sent meanwhile
+    # waits, and reaches this foreman's relay, not a handler inherited by the fork.
+    relay = SignalRelay(foreman._handle_signal)  # noqa: SLF001 - what run() would install
+    relay.install()
+    unblock_stop_signals()
+    try:
+        threading.Thread(
+            target=_watch_parent, args=(parent_pid, foreman), name="jq-parent", daemon=True
+        ).start()
+        stats = foreman.run(install_signals=False)
+        # Its own pipe, not a queue shared by the children: a child killed mid-write
+        # then takes no lock with it that another child's report would wait on.
+        report.send(stats)
+        report.close()
+    finally:
+        relay.close()
 
 
 class Supervisor:
@@ -115,7 +127,8 @@ class Supervisor:
         #: child that returned (a crashed or killed child reports nothing).
         self.stats: collections.Counter[str] = collections.Counter()
         self._stopping = threading.Event()
-        self._signals_sent = 0
+        self._signals_received = 0  # by the relay thread
+        self._signals_passed_on = 0  # by the main thread
         self._crashes = [0] * processes
 
     def _start(self, index: int) -> None:
@@ -127,11 +140,15 @@ class Supervisor:
             name=f"jq-foreman-{index}",
             daemon=False,
         )
-        process.start()
+        # Blocked from the fork until the child's foreman handles them, and here
+        # until the child is in _children: a signal of that window is not lost.
+        with stop_signals_blocked():
+            process.start()
+            self._children[index] = process
         send.close()  # the child's end: EOF here once the child has gone
-        self._children[index] = process
         self._reports[index] = receive
         logger.info("foreman process started index=%d pid=%s", index, process.pid)
+        self._pass_signals_on()
 
     def _collect(self, index: int) -> None:
         """Add the stats the child ``index`` sent before it exited, if it did."""
@@ -146,15 +163,22 @@ class Supervisor:
         finally:
             receive.close()
 
-    def _handle_signal(self, signum: int, frame: FrameType | None) -> None:
+    def _handle_signal(self, signum: int) -> None:
+        # In the relay's thread (never inside the signal handler); the main thread
+        # passes it on within its 0.1 s tick.
+        self._signals_received += 1
         self._stopping.set()
-        self._signals_sent += 1
-        for process in self._children.values():
-            if process.is_alive() and process.pid is not None:
-                try:
-                    os.kill(process.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+
+    def _pass_signals_on(self) -> None:
+        """Send every child one SIGTERM per signal received and not yet passed on."""
+        while self._signals_passed_on < self._signals_received:
+            self._signals_passed_on += 1
+            for process in self._children.values():
+                if process.is_alive() and process.pid is not None:
+                    try:
+                        os.kill(process.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
 
     def run(self) -> int:
         """Run the children until they all return (burst) or a signal; return an exit code.
@@ -165,16 +189,15 @@ class Supervisor:
             0 when every child exited cleanly, 1 when a burst child kept crashing.
         """
         burst = bool(self.options.get("burst"))
-        previous = {
-            signum: signal.signal(signum, self._handle_signal)
-            for signum in (signal.SIGTERM, signal.SIGINT)
-        }
+        relay = SignalRelay(self._handle_signal)
         finished: set[int] = set()
         code = 0
         try:
+            relay.install()
             for index in range(self.processes):
                 self._start(index)
             while True:
+                self._pass_signals_on()
                 for index, process in list(self._children.items()):
                     if index in finished or process.is_alive():
                         continue
@@ -205,8 +228,7 @@ class Supervisor:
                     break
                 time.sleep(0.1)
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            relay.close()
             for index, process in self._children.items():
                 if index in self._reports and not process.is_alive():
                     process.join()

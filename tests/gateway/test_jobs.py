@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from django_jobqueue.models import Job, JobStatus
 from tests.gateway.conftest import table_counts
@@ -209,6 +210,20 @@ def test_batch__a_free_id_whose_unique_key_a_stored_job_holds_is_deduplicated_as
     assert taken.status_code == 409, taken.content
     assert (taken.json()["jid"], taken.json()["index"]) == (holder, 1)
     assert Job.objects.count() == 2
+
+
+def test_batch__an_id_whose_hold_has_ended_is_free_though_its_hash_is_still_set(api):
+    """The id hold of the holder ended (its id_held_until passed) but no write has
+    cleared its hash yet, and the holder's unique key is live: alone and in a batch
+    that is a dedupe onto the key's holder, not a 409 (the id is free)."""
+    holder = api.post("/sdk/jobs", job(id="x", unique_key="k")).json()["jid"]
+    Job.objects.filter(jid=holder).update(id_held_until=timezone.now() - timedelta(seconds=1))
+    response = api.post("/sdk/jobs/batch", {"jobs": [job(id="x", unique_key="k")]})
+    assert response.status_code == 200, response.content
+    assert response.json()["results"] == [{"status": "deduplicated", "jid": holder}]
+    alone = api.post("/sdk/jobs", job(id="x", unique_key="k"))
+    assert (alone.status_code, alone.json()) == (200, {"status": "deduplicated", "jid": holder})
+    assert Job.objects.count() == 1
 
 
 def test_batch__over_max_batch_is_422(api):

@@ -128,6 +128,26 @@ def test_processes__the_final_line_sums_every_childs_outcomes_in_burst_and_on_si
     assert "runworkers finished: done=4" in out, (out, err[-3000:])
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads children from /proc")
+@pytest.mark.parametrize("after_s", [0.0, 0.05, 0.2])
+def test_processes__a_sigterm_while_the_children_start_stops_them_all(after_s):
+    """A child forked with the supervisor's handling, or not yet in its list, must
+    not lose the SIGTERM passed on: each child holds it until its foreman handles it.
+    (Before the supervisor runs at all, a SIGTERM ends runworkers as any process.)"""
+    proc = run_workers("--processes", "2", "--verbosity", "1", wait=False)
+    try:
+        assert wait_for(lambda: bool(children_of(proc.pid)), timeout_s=60)
+        time.sleep(after_s)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "runworkers finished" in out
+
+
 def children_of(pid: int) -> set[int]:
     """The pids whose parent is ``pid`` (Linux /proc)."""
     found = set()
