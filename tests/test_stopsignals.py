@@ -12,13 +12,14 @@ state is not a race. Were the handler to take the lock again, the test would han
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import multiprocessing
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -76,26 +77,36 @@ def test_relay__from_another_thread_installs_nothing():
     assert signal.getsignal(signal.SIGTERM) is not relay._on_signal  # noqa: SLF001
 
 
+@contextlib.contextmanager
+def relayed_to(callback: Callable[[int], None]) -> Iterator[None]:
+    """SIGTERM/SIGINT relayed to ``callback`` for the block, as ``run()`` installs it."""
+    relay = SignalRelay(callback)
+    assert relay.install()
+    try:
+        yield
+    finally:
+        relay.close()
+
+
+def raise_holding(event: threading.Event, signum: int) -> None:
+    """Raise ``signum`` while this (main) thread holds ``event``'s lock, as it does on
+    its way in and out of ``event.wait()``."""
+    with event._cond:  # noqa: SLF001 - the lock Event.wait() holds
+        signal.raise_signal(signum)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_foreman__sigterm_while_its_dispatcher_holds_the_wake_events_lock_stops_it():
     foreman = Foreman(ForemanOptions(concurrency=1))
-    relay = SignalRelay(foreman._handle_signal)  # noqa: SLF001 - what run() installs
-    assert relay.install()
-    try:
-        # The dispatcher's tick is _dispatch_wake.wait(); stop() sets that event.
-        with foreman._dispatch_wake._cond:  # noqa: SLF001
-            signal.raise_signal(signal.SIGTERM)
-        assert foreman._dispatch_wake.wait(10)  # noqa: SLF001
-        assert foreman._stopping.is_set()  # noqa: SLF001
+    # The dispatcher's tick is _dispatch_wake.wait(); stop() sets that event.
+    wake = foreman._dispatch_wake  # noqa: SLF001
+    with relayed_to(foreman._handle_signal):  # noqa: SLF001
+        raise_holding(wake, signal.SIGTERM)
+        assert wake.wait(10)
+        assert foreman.stopping
         assert not foreman._forced.is_set()  # noqa: SLF001 - the first signal drains
-        with foreman._dispatch_wake._cond:  # noqa: SLF001
-            signal.raise_signal(signal.SIGINT)
-        for _ in range(100):
-            if foreman._forced.wait(0.1):  # noqa: SLF001 - the second one forces
-                break
-        assert foreman._forced.is_set()  # noqa: SLF001
-    finally:
-        relay.close()
+        raise_holding(wake, signal.SIGINT)
+        assert foreman._forced.wait(10)  # noqa: SLF001 - the second one forces
 
 
 def test_gateway_worker__sigterm_while_it_holds_its_stop_events_lock_stops_it():
@@ -106,15 +117,10 @@ def test_gateway_worker__sigterm_while_it_holds_its_stop_events_lock_stops_it():
         install_signals=True,
         name="py-signal-test",
     )
-    relay = SignalRelay(worker._on_signal)  # noqa: SLF001 - what run() installs
-    assert relay.install()
-    try:
-        # The worker's pauses are _stop.wait(); stop() sets that event.
-        with worker._stop._cond:  # noqa: SLF001
-            signal.raise_signal(signal.SIGTERM)
+    # The worker's pauses are _stop.wait(); stop() sets that event.
+    with relayed_to(worker._on_signal):  # noqa: SLF001
+        raise_holding(worker._stop, signal.SIGTERM)  # noqa: SLF001
         assert worker._stop.wait(10)  # noqa: SLF001
-    finally:
-        relay.close()
 
 
 def _sleep_in_child(seconds: float) -> None:

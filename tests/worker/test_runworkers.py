@@ -29,6 +29,19 @@ def wait_for(predicate, timeout_s: float = 90) -> bool:
     return False
 
 
+def sigterm_when(proc, ready, *, after_s: float = 0.0) -> tuple[str, str]:
+    """Once ``ready()`` holds (and ``after_s`` more), SIGTERM the runworkers ``proc``
+    and return its (stdout, stderr); it is killed if it outlives that."""
+    try:
+        assert wait_for(ready, timeout_s=60)
+        time.sleep(after_s)
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def drain_shape() -> tuple[int, int, int]:
     """(processes, threads, jobs): 4x8 and 2,000 jobs; SQLite 2x4 and 500 (one writer)."""
     if connection.vendor == "sqlite":
@@ -85,13 +98,7 @@ def test_sigterm__running_jobs_finish_or_go_back_none_lost():
         "1",
         wait=False,
     )
-    try:
-        assert wait_for(lambda: RunRecord.objects.count() == 3)
-        proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _out, err = sigterm_when(proc, lambda: RunRecord.objects.count() == 3)
     assert proc.returncode == 0, err[-3000:]
     assert "handed back" in err
     assert set(Job.objects.filter(jid__in=short).values_list("status", flat=True)) == {
@@ -117,13 +124,7 @@ def test_processes__the_final_line_sums_every_childs_outcomes_in_burst_and_on_si
     for i in range(4):
         enqueue_job(None, "worker.record", {"label": f"t{i}"})
     proc = run_workers("--processes", "2", "--verbosity", "1", wait=False)
-    try:
-        assert wait_for(lambda: RunRecord.objects.count() == 11)  # worker.fatal's too
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = sigterm_when(proc, lambda: RunRecord.objects.count() == 11)  # fatal's too
     assert proc.returncode == 0, err[-3000:]
     assert "runworkers finished: done=4" in out, (out, err[-3000:])
 
@@ -135,14 +136,7 @@ def test_processes__a_sigterm_while_the_children_start_stops_them_all(after_s):
     not lose the SIGTERM passed on: each child holds it until its foreman handles it.
     (Before the supervisor runs at all, a SIGTERM ends runworkers as any process.)"""
     proc = run_workers("--processes", "2", "--verbosity", "1", wait=False)
-    try:
-        assert wait_for(lambda: bool(children_of(proc.pid)), timeout_s=60)
-        time.sleep(after_s)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out, err = sigterm_when(proc, lambda: bool(children_of(proc.pid)), after_s=after_s)
     assert proc.returncode == 0, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert "runworkers finished" in out
