@@ -32,8 +32,14 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from . import locks
 from .conf import get_config
 from .dbclock import Now
-from .exceptions import DuplicateJob
-from .managers import EnqueueResult, JobSpec, check_transaction, hold_hash, hold_lock_names
+from .managers import (
+    EnqueueResult,
+    JobSpec,
+    check_transaction,
+    hold_hash,
+    hold_lock_names,
+    id_held,
+)
 from .rawinsert import Row, insert_rows, new_jids
 from .workerstats import count_deduplicated
 
@@ -174,11 +180,7 @@ def _refuse_held_ids(specs: Sequence[JobSpec], live: dict[tuple[str, str, str], 
             continue
         holder = live.get(("id", spec.queue, hold_hash(spec.job_id)))
         if holder is not None:
-            raise DuplicateJob(
-                f"Job id {spec.job_id!r} is already held on queue {spec.queue!r} by job {holder}.",
-                holder_jid=holder,
-                index=index,
-            )
+            raise id_held(spec, holder, index)
 
 
 def _holds(spec: JobSpec) -> list[tuple[str, str, str]]:

@@ -442,13 +442,20 @@ class JobManager(models.Manager[_M]):
             ).update(unique_key_hash=None, updated_at=Now())
 
 
+def id_held(spec: JobSpec, holder_jid: str, index: int | None = None) -> DuplicateJob:
+    """Return the DuplicateJob of ``spec``, whose id the job ``holder_jid`` holds
+    (``index``: its place in a batch, if it came in one)."""
+    return DuplicateJob(
+        f"Job id {spec.job_id!r} is already held on queue {spec.queue!r} by job {holder_jid}.",
+        holder_jid=holder_jid,
+        index=index,
+    )
+
+
 def _answer_holder(spec: JobSpec, holder: tuple[str, str]) -> EnqueueResult:
     kind, jid = holder
     if kind == "id":
-        raise DuplicateJob(
-            f"Job id {spec.job_id!r} is already held on queue {spec.queue!r} by job {jid}.",
-            holder_jid=jid,
-        )
+        raise id_held(spec, jid)
     logger.debug("deduplicated queue=%s type=%s holder=%s", spec.queue, spec.job_type, jid)
     return EnqueueResult(status="deduplicated", jid=jid)
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "SignalRelay", "stop_signals_blocked", "unblock_stop_signals"]
+__all__ = ["STOP_SIGNALS", "SignalRelay", "stop_signals_blocked"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,8 @@ class SignalRelay:
         """Handle :data:`STOP_SIGNALS` from now on; return whether it could.
 
         Only the main thread can set signal handlers: from another thread (or a
-        second time) this installs nothing and returns False.
+        second time) this installs nothing and returns False. Installed, it lets
+        them reach this thread (:func:`stop_signals_blocked` may have held them).
         """
         if threading.current_thread() is not threading.main_thread() or self._thread:
             return False
@@ -84,6 +85,9 @@ class SignalRelay:
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._on_signal)
         _INSTALLED.add(self)
+        if hasattr(signal, "pthread_sigmask"):
+            # Handled from now on: one held back (stop_signals_blocked) arrives now.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         return True
 
     def close(self) -> None:
@@ -162,7 +166,7 @@ def stop_signals_blocked() -> Iterator[None]:
     no-op); one that arrives meanwhile is delivered when the block ends.
 
     A process started inside the block starts with them blocked too, and unblocks
-    them once it handles them itself (:func:`unblock_stop_signals`).
+    them once it handles them itself (:meth:`SignalRelay.install`).
     """
     if not hasattr(signal, "pthread_sigmask"):
         yield
@@ -172,9 +176,3 @@ def stop_signals_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def unblock_stop_signals() -> None:
-    """Let SIGTERM/SIGINT reach this thread (one held back arrives now)."""
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

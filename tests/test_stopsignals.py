@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from django_jobqueue.client.worker import Worker
-from django_jobqueue.stopsignals import SignalRelay, stop_signals_blocked, unblock_stop_signals
+from django_jobqueue.stopsignals import SignalRelay, stop_signals_blocked
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
 
@@ -171,8 +171,7 @@ def _child_that_handles_its_signals_late(startup_s: float) -> None:
     time.sleep(startup_s)  # a SIGTERM sent now must wait, not go anywhere else
     heard = threading.Event()
     relay = SignalRelay(lambda signum: heard.set())
-    relay.install()
-    unblock_stop_signals()
+    relay.install()  # unblocks them: the SIGTERM held back arrives
     try:
         os._exit(0 if heard.wait(5) else 3)  # noqa: SLF001 - the child's verdict
     finally:

@@ -28,7 +28,7 @@ import django
 from django.apps import apps
 from django.db import connections
 
-from ..stopsignals import SignalRelay, stop_signals_blocked, unblock_stop_signals
+from ..stopsignals import SignalRelay, stop_signals_blocked
 from .logsetup import add_default_handler
 
 if TYPE_CHECKING:
@@ -81,22 +81,16 @@ def _child_main(
     from .foreman import Foreman, ForemanOptions
 
     foreman = Foreman(ForemanOptions(**options))
+    threading.Thread(
+        target=_watch_parent, args=(parent_pid, foreman), name="jq-parent", daemon=True
+    ).start()
     # The parent started this child with SIGTERM/SIGINT blocked: one sent meanwhile
-    # waits, and reaches this foreman's relay, not a handler inherited by the fork.
-    relay = SignalRelay(foreman._handle_signal)  # noqa: SLF001 - what run() would install
-    relay.install()
-    unblock_stop_signals()
-    try:
-        threading.Thread(
-            target=_watch_parent, args=(parent_pid, foreman), name="jq-parent", daemon=True
-        ).start()
-        stats = foreman.run(install_signals=False)
-        # Its own pipe, not a queue shared by the children: a child killed mid-write
-        # then takes no lock with it that another child's report would wait on.
-        report.send(stats)
-        report.close()
-    finally:
-        relay.close()
+    # waits, and reaches the relay run() installs, not a handler inherited by the fork.
+    stats = foreman.run()
+    # Its own pipe, not a queue shared by the children: a child killed mid-write
+    # then takes no lock with it that another child's report would wait on.
+    report.send(stats)
+    report.close()
 
 
 class Supervisor:
