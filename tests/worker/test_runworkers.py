@@ -143,16 +143,26 @@ def test_processes__a_sigterm_while_the_children_start_stops_them_all(after_s):
 
 
 def children_of(pid: int) -> set[int]:
-    """The pids whose parent is ``pid`` (Linux /proc)."""
+    """The foreman processes of the supervisor ``pid`` (Linux /proc): its children
+    forked without an exec, so with its own command line. A helper a library runs
+    while Django starts (``ldconfig`` for ctypes, say) is a child too, but not one
+    of these: a SIGTERM then would meet runworkers before its supervisor runs."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as own:
+            cmdline = own.read()
+    except OSError:
+        return set()
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as stat:
                     fields = stat.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{entry}/cmdline", "rb") as child:
+                    same = child.read() == cmdline
             except OSError:
                 continue  # gone meanwhile
-            if int(fields[1]) == pid:  # the field after the state: the parent's pid
+            if int(fields[1]) == pid and same:  # the field after the state: the parent
                 found.add(int(entry))
     return found
 
