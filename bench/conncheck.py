@@ -53,7 +53,7 @@ def main() -> None:
     django.setup()
     from django.db import connection
 
-    from django_jobqueue.reconnect import mark_used
+    from django_jobqueue.core.reconnect import mark_used
     from django_jobqueue.worker.connections import check_before_handler
 
     connection.ensure_connection()

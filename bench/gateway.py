@@ -134,8 +134,8 @@ def main() -> None:
 
     import django_jobqueue
     from django_jobqueue import enqueue_job
-    from django_jobqueue.apitokens import issue_token
     from django_jobqueue.client import Client
+    from django_jobqueue.store.apitokens import issue_token
 
     call_command("migrate", verbosity=0)
     token = issue_token("bench", queues=[QUEUE], scopes=["produce"])[1]

@@ -43,34 +43,39 @@ create and transition (``:``) ``enqueue``: validate and build a job, then the ma
                               creates it; ``bulk``: many jobs under sorted locks at once;
                               ``storage``: claim, heartbeat, complete, fail, reap;
                               ``storage_sql``: the raw batched claim and ``done``
-store (``:``)                 ``models``: Job and ScheduleJob; ``managers``: creation
-                              under advisory locks, the guarded plan advance;
-                              ``rawinsert``: the insert as raw SQL; ``unique``: seed
-                              000's unique-key rules; ``locks``: advisory and SQLite
-                              locks; ``registry``: job descriptions and lookup;
-                              ``licence/``: the token, its checks, the CLI; ``wakeups``:
-                              sending a queue's wake-up after commit; ``apitokens``: the
-                              gateway's hashed API tokens; ``workerstats``: the worker
-                              registry and per-minute statistics; ``pauses``: queue
-                              pause and resume; ``errorlog``: the entry a failed
-                              attempt adds to a job's errors
-leaves (``:``)                ``conf``: the JOBQUEUE settings; ``durations``: the one
-                              duration parser; ``exceptions``: the typed errors;
-                              ``validation``: text, queue, payload and delay checks;
-                              ``signals``: the signals workers send; ``compat``: the
-                              tasks framework or its backport; ``dbclock``: the
-                              database clock ``Now``; ``backoff``: retry delays;
-                              ``reconnect``: telling a dead connection, repeating a
-                              worker write once on a new one; ``prepared``: PostgreSQL
-                              prepared statements of the hot paths; ``stopsignals``:
-                              SIGTERM/SIGINT relayed out of the signal handler
+store (``:``)                 ``models``: Job and ScheduleJob, where Django looks for
+                              them; ``store/``: ``managers`` (creation under advisory
+                              locks, the guarded plan advance), ``rawinsert`` and
+                              ``rawkeyed`` (the inserts as raw SQL), ``unique`` (the
+                              unique-key rules), ``locks`` (advisory and SQLite locks),
+                              ``registry`` (job descriptions and lookup), ``licence/``
+                              (the token, its checks, the CLI), ``wakeups`` (a queue's
+                              wake-up after commit), ``apitokens`` (the gateway's
+                              hashed API tokens), ``workerstats`` (the worker registry
+                              and per-minute statistics), ``pauses`` (queue pause and
+                              resume), ``errorlog`` (the entry a failed attempt adds)
+leaves (``:``)                ``core/``: ``conf`` (the JOBQUEUE settings), ``durations``
+                              (the one duration parser), ``exceptions`` (the typed
+                              errors), ``validation`` (text, queue, payload and delay
+                              checks), ``signals`` (the signals workers send), ``compat``
+                              (the tasks framework or its backport), ``dbclock`` (the
+                              database clock ``Now``), ``backoff`` (retry delays),
+                              ``reconnect`` (telling a dead connection, repeating a
+                              worker write once on a new one), ``prepared``
+                              (PostgreSQL prepared statements of the hot paths),
+                              ``stopsignals`` (SIGTERM/SIGINT relayed out of the signal
+                              handler)
 ============================  ===========================================================
 
 The HTTP client (``client/``) is in no layer: nothing of the app imports it, and it
 imports nothing of Django, ninja or pydantic, nor the gateway's code (of the app, only
-the leaf ``stopsignals``, for its worker's SIGTERM).
+the leaf ``core.stopsignals``, for its worker's SIGTERM).
 
-Three more contracts: the worker imports no surface, and ``locks`` and ``models`` import
+``exceptions``, ``apitokens`` and ``licence/`` at the top are the old, documented paths of
+modules now in ``core/`` and ``store/``: re-exports that no module of the app imports
+(CHANGELOG.md, "Module paths").
+
+Three more contracts: the worker imports no surface, and ``store/`` and ``models`` import
 no producer (``handle``, ``ids``, ``schedules``, ``enqueue``, ``storage``); ``ids`` and
 ``schedules`` are independent of each other.
 """
@@ -80,7 +85,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import (
+from .core.exceptions import (
     DuplicateJob,
     InvalidJobId,
     InvalidOption,
@@ -97,7 +102,7 @@ from .exceptions import (
 if TYPE_CHECKING:
     from .enqueue import EnqueueResult, aenqueue_job, aenqueue_many, enqueue_job, enqueue_many
     from .handle import JobHandle, job
-    from .registry import JobDescription
+    from .store.registry import JobDescription
 
 __all__ = [
     "DuplicateJob",
@@ -130,7 +135,7 @@ _LAZY = {
     "enqueue_many": "enqueue",
     "JobHandle": "handle",
     "job": "handle",
-    "JobDescription": "registry",
+    "JobDescription": "store.registry",
 }
 
 

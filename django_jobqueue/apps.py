@@ -6,7 +6,7 @@ from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from .registry import register_job_type_resolver
+from .store.registry import register_job_type_resolver
 
 
 class JobQueueConfig(AppConfig):
@@ -25,8 +25,8 @@ class JobQueueConfig(AppConfig):
         """
         # deferred: as Django advises for receivers and checks, importing the app
         # config (during app loading) must not register anything.
-        from . import (
-            checks,  # noqa: F401  (registers the system checks)
+        from . import checks  # noqa: F401  (registers the system checks)
+        from .core import (
             dbclock,
             signals,  # noqa: F401  (connects the receivers)
         )

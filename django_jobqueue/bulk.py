@@ -1,19 +1,20 @@
 """Bulk creation: many validated jobs in one transaction, under all their locks at once.
 
 :func:`create_many` is the body of :func:`django_jobqueue.enqueue.enqueue_many`. It
-keeps the guarantees of one creation (:mod:`django_jobqueue.managers`) for a whole
+keeps the guarantees of one creation (:mod:`django_jobqueue.store.managers`) for a whole
 batch:
 
 1. every lock name of the batch (its ids and unique keys) is taken once, in sorted
-   order, by one :func:`~django_jobqueue.locks.creation_lock` around the batch's
+   order, by one :func:`~django_jobqueue.store.locks.creation_lock` around the batch's
    transaction (the caller's, when open: a savepoint of it);
 2. the holders of all the batch's hashes are read in one query per chunk of
    hashes; stale holds are cleared;
 3. the jobs are walked in order: a job whose id or key is held, by a live row of
    the table or by an earlier job of the batch, is answered ``deduplicated`` with
    the holder's jid, and takes no row;
-4. the others are inserted by multi-row INSERTs (:func:`~django_jobqueue.rawinsert.insert_rows`),
-   with one wake-up per queue that has a due job, sent when the transaction commits.
+4. the others are inserted by multi-row INSERTs
+   (:func:`~django_jobqueue.store.rawinsert.insert_rows`), with one wake-up per queue
+   that has a due job, sent when the transaction commits.
 
 The unique indexes over (queue, hash) stay the last line: an insert they refuse
 (a MySQL creator the locks let through) rolls the batch's savepoint back, and the
@@ -29,10 +30,10 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
-from . import locks
-from .conf import get_config
-from .dbclock import Now
-from .managers import (
+from .core.conf import get_config
+from .core.dbclock import Now
+from .store import locks
+from .store.managers import (
     EnqueueResult,
     JobSpec,
     check_transaction,
@@ -40,8 +41,8 @@ from .managers import (
     hold_lock_names,
     id_held,
 )
-from .rawinsert import Row, insert_rows, new_jids
-from .workerstats import count_deduplicated
+from .store.rawinsert import Row, insert_rows, new_jids
+from .store.workerstats import count_deduplicated
 
 __all__ = ["create_many"]
 

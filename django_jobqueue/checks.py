@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
-from .conf import get_config, validate_settings
-from .licence import check_licence
+from .core.conf import get_config, validate_settings
+from .store.licence import check_licence
 
 __all__ = [
     "MYSQL_PACKET_OVERHEAD",

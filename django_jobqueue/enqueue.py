@@ -2,11 +2,11 @@
 
 ``enqueue_job`` joins the caller's open transaction on the jobs' database: the job
 exists if and only if the caller's data commits. :func:`build_job` validates the
-arguments into a :class:`~django_jobqueue.managers.JobSpec` (the checks of
-:mod:`django_jobqueue.validation`, the unique-key rules of
-:mod:`django_jobqueue.unique`); :func:`create_job` hands it to
+arguments into a :class:`~django_jobqueue.store.managers.JobSpec` (the checks of
+:mod:`django_jobqueue.core.validation`, the unique-key rules of
+:mod:`django_jobqueue.store.unique`); :func:`create_job` hands it to
 ``Job.objects.create_job``, which creates it under its advisory locks
-(:mod:`django_jobqueue.managers`).
+(:mod:`django_jobqueue.store.managers`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,10 @@ from asgiref.sync import sync_to_async
 from django.db import router
 from django.utils import timezone
 
-from .conf import get_config
-from .durations import Duration
-from .exceptions import InvalidOption, InvalidRequest, JobQueueError, UnknownJobType
-from .managers import EnqueueResult, JobSpec
-from .models import Job
-from .registry import get_job_description
-from .unique import unique_options
-from .validation import (
+from .core.conf import get_config
+from .core.durations import Duration
+from .core.exceptions import InvalidOption, InvalidRequest, JobQueueError, UnknownJobType
+from .core.validation import (
     check_batch,
     check_delay,
     check_positive_int,
@@ -34,7 +30,11 @@ from .validation import (
     check_text,
     json_text,
 )
-from .workerstats import count_deduplicated
+from .models import Job
+from .store.managers import EnqueueResult, JobSpec
+from .store.registry import get_job_description
+from .store.unique import unique_options
+from .store.workerstats import count_deduplicated
 
 __all__ = [
     "EnqueueResult",
@@ -134,7 +134,7 @@ def create_job(spec: JobSpec) -> EnqueueResult:
     """Insert the job of ``spec``, race-free when it carries an id or a unique key.
 
     A thin public name for the manager's creation: answers and errors are those of
-    :meth:`django_jobqueue.managers.JobManager.create_job`.
+    :meth:`django_jobqueue.store.managers.JobManager.create_job`.
 
     Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob; seed 000 unique jobs.
     """

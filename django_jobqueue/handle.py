@@ -1,7 +1,7 @@
 """The ``@job`` decorator and the JobHandle it returns: a job type's verbs.
 
 ``@job("emails.send", ...)`` describes and registers a job type
-(:func:`django_jobqueue.registry.register`) and returns a :class:`JobHandle`, which
+(:func:`django_jobqueue.store.registry.register`) and returns a :class:`JobHandle`, which
 runs the handler when called and carries the producer verbs of its type: enqueue,
 schedule (:mod:`django_jobqueue.schedules`), and add, set, update, cancel, get, list
 by id (:mod:`django_jobqueue.ids`), each with an async twin.
@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from .durations import Duration
+from .core.durations import Duration
+from .core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption
+from .core.validation import check_batch
 from .enqueue import EnqueueResult, enqueue_job, enqueue_many
-from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption
 from .ids import JobView, Page, Queue
-from .registry import UNSET, JobDescription, describe, register
 from .schedules import add_job_with_schedule, validate_cron, validate_timezone
-from .validation import check_batch
+from .store.registry import UNSET, JobDescription, describe, register
 
 if TYPE_CHECKING:
     from .models import ScheduleJob

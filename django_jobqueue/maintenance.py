@@ -13,7 +13,7 @@ Policy
   history. An id it still holds is held again until it finishes. A waiting job
   (``init``, ``retry``) becomes due now.
 - **Cancel**: a waiting job becomes ``cancelled`` at once and frees its id (seed 002
-  "removes it") and its unique key (:func:`~django_jobqueue.unique.cancel_release`),
+  "removes it") and its unique key (:func:`~django_jobqueue.store.unique.cancel_release`),
   so an identical enqueue is accepted again; a running job gets ``cancel_requested``
   and its worker stops it, freeing both then. A dead letter is not cancelled here: it
   keeps its unique key until the TTL (seed 000).
@@ -40,12 +40,13 @@ from typing import Any, TypeVar
 from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
-from . import locks, storage
-from .conf import get_config
-from .dbclock import Now
+from . import storage
+from .core.conf import get_config
+from .core.dbclock import Now
 from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 from .schedules import set_enabled_plans
-from .unique import cancel_release
+from .store import locks
+from .store.unique import cancel_release
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

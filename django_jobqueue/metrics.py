@@ -38,10 +38,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from .conf import get_config
+from .core.conf import get_config
 from .models import DURATION_BUCKETS_MS
 from .overview import jobs_database, overview, stat_totals
-from .workerstats import BUCKET_FIELDS, OUTCOMES, live_workers
+from .store.workerstats import BUCKET_FIELDS, OUTCOMES, live_workers
 
 __all__ = ["JobQueueCollector", "metrics_view", "urlpatterns"]
 

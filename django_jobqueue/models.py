@@ -21,7 +21,7 @@ so ending a hold is setting the hash to NULL. ``id_held_until`` and
 ``unique_expires_at`` bound a hold in time: a hold past them is stale and the
 creation path clears it under its lock before inserting.
 
-Creation is the managers' (:mod:`django_jobqueue.managers`): ``Job.objects`` creates
+Creation is the managers' (:mod:`django_jobqueue.store.managers`): ``Job.objects`` creates
 a job only under its advisory locks, and refuses Django's ``create()`` and
 ``bulk_create()``. State changes are guarded ``update()`` calls
 (:mod:`django_jobqueue.storage`) that filter on the expected status and lease token
@@ -36,8 +36,9 @@ from django.db import models
 from django.db.models.functions import Now  # db_default only: see dbclock
 from django.utils.translation import gettext_lazy as _
 
-from . import dbclock, unique
-from .managers import CreateRefusingQuerySet, JobManager, ScheduleJobManager, hold_hash
+from .core import dbclock
+from .store import unique
+from .store.managers import CreateRefusingQuerySet, JobManager, ScheduleJobManager, hold_hash
 
 __all__ = [
     "API_SCOPES",
@@ -272,7 +273,7 @@ class ApiToken(models.Model):
     """A bearer token of the HTTP SDK gateway (``django_jobqueue.gateway``).
 
     Only a SHA-256 of the secret is stored; the secret is shown once, when the token
-    is made (:func:`django_jobqueue.apitokens.issue_token`). ``prefix`` (the secret's
+    is made (:func:`django_jobqueue.store.apitokens.issue_token`). ``prefix`` (the secret's
     first characters, not secret on its own) finds the row; the hash is then compared
     in constant time. ``queues`` holds exact queue names and ``prefix*`` patterns
     (``["*"]``: every queue); ``scopes`` a subset of :data:`API_SCOPES`.
@@ -353,7 +354,7 @@ class JobStat(models.Model):
     """Per-minute outcome counters of one (queue, job type): issue 13 "stats that
     survive pruning".
 
-    Written in batches by :class:`django_jobqueue.workerstats.StatsBuffer` (one
+    Written in batches by :class:`django_jobqueue.store.workerstats.StatsBuffer` (one
     upsert per flush that adds to the counters), read by the console's charts, the
     Pro dedupe audit and the Prometheus endpoint. ``minute`` is the UTC minute the
     outcomes happened in; rows older than ``STATS_RETENTION`` are pruned.

@@ -23,11 +23,11 @@ from typing import Any
 from django.db import router
 from django.db.models import Case, Count, Min, Sum, Value, When
 
-from .conf import get_config
-from .dbclock import Now
+from .core.conf import get_config
+from .core.dbclock import Now
 from .models import DEAD_STATUSES, Job, JobStat, JobStatus
-from .pauses import paused_queues
-from .workerstats import BUCKET_FIELDS, OUTCOMES
+from .store.pauses import paused_queues
+from .store.workerstats import BUCKET_FIELDS, OUTCOMES
 
 __all__ = [
     "STAT_COUNTERS",
@@ -169,7 +169,7 @@ def stat_totals(using: str, *, now: datetime | None = None) -> _Totals:
     :data:`TOTALS_REFRESH_S` seconds per process (the read that would otherwise
     cost about 70 ms at a week of 20 pairs); the open hours are read at each call
     over the (minute, queue, job type) index. A count flushed later than an hour
-    after its minute, and the rows :func:`~django_jobqueue.workerstats.prune_stats`
+    after its minute, and the rows :func:`~django_jobqueue.store.workerstats.prune_stats`
     deletes, show at the next refresh.
 
     Implements: issue 13 items 8 and 9 (the metrics from the stats table, fast).

@@ -17,7 +17,7 @@ Leases are deadlines by the database clock (``Now() + LEASE_MS``).
 
 Every statement here that meets a dead connection (an idle timeout, a killed
 backend, a restart) outside the caller's transaction is repeated once on a new
-connection (:mod:`django_jobqueue.reconnect`): the lease-token guard makes a repeat
+connection (:mod:`django_jobqueue.core.reconnect`): the lease-token guard makes a repeat
 of a write that did land update nothing, and a repeated claim first takes back
 the rows its lost first try leased (:func:`claimed_under`).
 """
@@ -35,16 +35,18 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 
-from . import locks, reconnect, storage_sql, unique
-from .backoff import backoff_ms
-from .conf import get_config
-from .dbclock import Now
-from .errorlog import describe, error_entry, escaped
+from . import storage_sql
+from .core import reconnect
+from .core.backoff import backoff_ms
+from .core.conf import get_config
+from .core.dbclock import Now
+from .core.validation import check_json, hold_hash
 from .models import Job, JobStatus
-from .pauses import paused_queues
-from .registry import UNSET, get_job_description
-from .validation import check_json, hold_hash
-from .wakeups import notify_on_commit
+from .store import locks, unique
+from .store.errorlog import describe, error_entry, escaped
+from .store.pauses import paused_queues
+from .store.registry import UNSET, get_job_description
+from .store.wakeups import notify_on_commit
 
 __all__ = [
     "claim",
@@ -149,7 +151,7 @@ def claim(
         The claimed jobs in claim order, each ``processing`` with ``attempt``
         incremented and a ``lease_token`` that guards its later updates. Jobs of a
         paused queue are never claimed: the paused set comes from
-        :func:`~django_jobqueue.pauses.paused_queues` (a process cache read at most
+        :func:`~django_jobqueue.store.pauses.paused_queues` (a process cache read at most
         every half second, so no query of its own per claim), and is left out of
         ``queues``, or added as ``queue NOT IN (...)`` when it is not empty.
 

@@ -24,7 +24,7 @@ keep the ORM versions' guarantees exactly:
   PostgreSQL and SQLite return the stored ids, MariaDB locks and reads the owned
   ids first (``SELECT ... FOR UPDATE``) in the same transaction.
 
-Times come from the database clock as :class:`~django_jobqueue.dbclock.Now` renders
+Times come from the database clock as :class:`~django_jobqueue.core.dbclock.Now` renders
 it: ``STATEMENT_TIMESTAMP()`` on PostgreSQL, ``CURRENT_TIMESTAMP(6)`` on MySQL, and
 on SQLite the value its ``django_jobqueue_now`` function answers (Django's own text
 form of ``timezone.now()``), computed here once per statement.
@@ -42,8 +42,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import prepared, unique
+from .core import prepared
 from .models import Job, JobStatus
+from .store import unique
 
 __all__ = ["claim_rows", "complete_rows", "supported"]
 

@@ -159,7 +159,7 @@ def _fresh_stats_state() -> Any:
     be a rolled-back test's.
     """
     from django_jobqueue.overview import clear_totals_cache
-    from django_jobqueue.workerstats import create_stats
+    from django_jobqueue.store.workerstats import create_stats
 
     create_stats.clear()
     clear_totals_cache()
@@ -217,7 +217,7 @@ def pro() -> Any:
 
     from django.test import override_settings
 
-    from django_jobqueue.licence import generate_key_pair, issue_licence
+    from django_jobqueue.store.licence import generate_key_pair, issue_licence
 
     private_pem, public_pem = generate_key_pair()
     token = issue_licence(

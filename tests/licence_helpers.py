@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from django_jobqueue.licence import generate_key_pair, issue_licence
+from django_jobqueue.store.licence import generate_key_pair, issue_licence
 
 REPO = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

@@ -45,7 +45,7 @@ def race_threads(count: int, racer: Callable[[int], Any], *, using: str = "defau
     """
     from django.db import connections
 
-    from django_jobqueue import locks
+    from django_jobqueue.store import locks
 
     barrier = threading.Barrier(count + 1)
     race = Race(outcomes=[None] * count)
@@ -103,10 +103,10 @@ def _child(queue: str, job_id: str) -> int:
     django.setup()
     from django.db import connections
 
-    from django_jobqueue import locks
+    from django_jobqueue.core.exceptions import DuplicateJob
     from django_jobqueue.enqueue import build_job, create_job
-    from django_jobqueue.exceptions import DuplicateJob
-    from django_jobqueue.registry import get_job_description
+    from django_jobqueue.store import locks
+    from django_jobqueue.store.registry import get_job_description
 
     get_job_description(JOB_TYPE)  # imports done before the gun, not timed
     connections["default"].ensure_connection()

@@ -140,7 +140,7 @@ STATIC_URL = "/static/"
 
 # django-jobqueue --------------------------------------------------------------
 
-# The app's defaults (django_jobqueue.conf); tests change keys with
+# The app's defaults (django_jobqueue.core.conf); tests change keys with
 # override_settings(JOBQUEUE={...}).
 # Worker subprocesses started by tests/workers_helpers.py get the test process's
 # current JOBQUEUE (overrides included) as JSON in JOBQUEUE_TEST_JOBQUEUE.

@@ -13,9 +13,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_jobqueue import JobHandle, enqueue_job, enqueue_many
-from django_jobqueue.exceptions import InvalidRequest
+from django_jobqueue.core.exceptions import InvalidRequest
 from django_jobqueue.models import Job
-from django_jobqueue.registry import get_job_description
+from django_jobqueue.store.registry import get_job_description
 from tests.no_duplicate_helpers import JOB_TYPE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,7 +62,7 @@ def test_bulk_insert_keeps_each_rows_at_when_only_fold_differs():
 def test_a_job_with_a_non_text_option_name_is_refused_as_an_unknown_option():
     """``enqueue_many`` took ``InvalidOption`` for an option name that is not a string;
     the template key must not turn it into a bare TypeError (no index, no prefix)."""
-    from django_jobqueue.exceptions import InvalidOption
+    from django_jobqueue.core.exceptions import InvalidOption
 
     with pytest.raises(InvalidOption) as caught:
         enqueue_many(
@@ -85,7 +85,7 @@ def test_a_job_with_a_non_text_option_name_is_refused_as_an_unknown_option():
 )
 def test_a_later_job_is_validated_as_if_alone(first, second):
     """Whatever enqueue_job refuses for the second job, enqueue_many refuses with its index."""
-    from django_jobqueue.exceptions import JobQueueError
+    from django_jobqueue.core.exceptions import JobQueueError
 
     try:
         enqueue_job(None, JOB_TYPE, 0, **second)
@@ -108,7 +108,7 @@ def test_a_later_job_is_validated_as_if_alone(first, second):
 
 
 def test_a_later_payload_error_names_its_index():
-    from django_jobqueue.exceptions import InvalidPayload
+    from django_jobqueue.core.exceptions import InvalidPayload
 
     jobs = [{"job_type": JOB_TYPE, "payload": i} for i in range(3)]
     jobs[2]["payload"] = {"a": "x\x00"}

@@ -21,8 +21,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_jobqueue import enqueue_job
-from django_jobqueue.durations import parse_duration
-from django_jobqueue.exceptions import InvalidOption, JobQueueError
+from django_jobqueue.core.durations import parse_duration
+from django_jobqueue.core.exceptions import InvalidOption, JobQueueError
 from django_jobqueue.ids import Queue
 from django_jobqueue.models import Job, JobStatus, ScheduleJob
 from django_jobqueue.schedules import add_job_with_schedule
@@ -175,7 +175,7 @@ def test_schedules__name_no_database_stores_is_a_typed_error(name: str) -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("result_id", ["x\x00", "\ud800", "a" * 5000])
 def test_tasks__get_result_of_impossible_id_does_not_exist(result_id: str) -> None:
-    from django_jobqueue.compat import TaskResultDoesNotExist, task_backends
+    from django_jobqueue.core.compat import TaskResultDoesNotExist, task_backends
 
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result(result_id)

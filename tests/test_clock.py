@@ -1,5 +1,5 @@
 """One clock, one precision (issue 10, item 2): every time the package writes and
-compares is in one form, to the microsecond, on every database (django_jobqueue.dbclock).
+compares is in one form, to the microsecond, on every database (django_jobqueue.core.dbclock).
 
 No test waits for the clock: "due", "expired" and "held" are asked right after the
 write, and times that must not have come yet are an hour away.
@@ -16,7 +16,7 @@ from django.db.models import DateTimeField, Value
 from django.utils import timezone
 
 from django_jobqueue import enqueue_job, storage
-from django_jobqueue.dbclock import Now
+from django_jobqueue.core.dbclock import Now
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.schedules import materialize_due
 from tests.testapp.jobtypes.ids import draft

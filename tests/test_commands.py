@@ -12,8 +12,8 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
 
-from django_jobqueue.licence import generate_key_pair, issue_licence
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store.licence import generate_key_pair, issue_licence
 from tests.maintenance_helpers import make_job, make_jobs, running
 
 pytestmark = pytest.mark.django_db
@@ -58,7 +58,7 @@ def test_status__table() -> None:
 
 
 def test_status__names_the_paused_queues() -> None:
-    from django_jobqueue.pauses import pause_queue
+    from django_jobqueue.store.pauses import pause_queue
 
     make_job(queue="emails")
     pause_queue("default", "emails", by="test")

@@ -22,9 +22,9 @@ from django.urls import reverse
 
 from django_jobqueue import enqueue_job, enqueue_many
 from django_jobqueue.ids import Queue
-from django_jobqueue.licence import generate_key_pair, issue_licence
 from django_jobqueue.models import JobStat
-from django_jobqueue.workerstats import CreateStats, create_stats
+from django_jobqueue.store.licence import generate_key_pair, issue_licence
+from django_jobqueue.store.workerstats import CreateStats, create_stats
 from tests.test_metrics import samples
 
 pytestmark = pytest.mark.django_db(transaction=True)

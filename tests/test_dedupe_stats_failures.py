@@ -10,7 +10,7 @@ from django.db import connection
 
 from django_jobqueue import enqueue_job
 from django_jobqueue.models import JobStat
-from django_jobqueue.workerstats import create_stats
+from django_jobqueue.store.workerstats import create_stats
 from tests.test_dedupe_stats import deduplicated
 from tests.workers_helpers import worker_env
 
@@ -44,7 +44,7 @@ def test_counts_not_yet_due__are_written_at_the_processs_exit() -> None:
     code = (
         "import django; django.setup()\n"
         "from django_jobqueue import enqueue_job\n"
-        "from django_jobqueue.workerstats import create_stats\n"
+        "from django_jobqueue.store.workerstats import create_stats\n"
         "create_stats.flush_s = 3600.0\n"
         "enqueue_job('unique', 'unique.opt', {}, unique_key='exit')\n"
         "for _ in range(5):\n"

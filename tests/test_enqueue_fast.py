@@ -19,11 +19,17 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_jobqueue import enqueue_job, enqueue_many, wakeups
+from django_jobqueue import enqueue_job, enqueue_many
+from django_jobqueue.core.exceptions import (
+    DuplicateJob,
+    InvalidOption,
+    InvalidPayload,
+    UnknownJobType,
+)
 from django_jobqueue.enqueue import build_job
-from django_jobqueue.exceptions import DuplicateJob, InvalidOption, InvalidPayload, UnknownJobType
 from django_jobqueue.ids import Queue
 from django_jobqueue.models import Job
+from django_jobqueue.store import wakeups
 from tests.no_duplicate_helpers import JOB_TYPE, race_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -417,7 +423,7 @@ def test_enqueue_many__sends_one_wake_up_per_queue():
 
 def test_job_handle_enqueue_many__and_async_twin():
     from django_jobqueue.handle import JobHandle
-    from django_jobqueue.registry import get_job_description
+    from django_jobqueue.store.registry import get_job_description
 
     handle = JobHandle(get_job_description(JOB_TYPE))
     results = handle.enqueue_many([1, 2, 3], queue="h", priority=5)

@@ -238,7 +238,7 @@ def test_send_test_copy__django_task_becomes_a_job():
 
 
 def test_example_settings__jobqueue_and_schedule_are_valid():
-    from django_jobqueue.conf import validate_settings
+    from django_jobqueue.core.conf import validate_settings
     from django_jobqueue.schedules import validate_cron, validate_timezone
     from example_project import settings as example
 
@@ -343,7 +343,7 @@ def test_demo_token__prints_a_curl_line_the_gateway_accepts(client_site, tmp_pat
 
     from django.core.management import call_command
 
-    from django_jobqueue.apitokens import authenticate
+    from django_jobqueue.store.apitokens import authenticate
     from example_project.newsletter.management.commands import demo_token
 
     monkeypatch.setattr(demo_token, "token_file", lambda: tmp_path / "var" / "demo-token")

@@ -18,7 +18,7 @@ from asgiref.sync import async_to_sync
 from django.utils import timezone
 
 from django_jobqueue import storage
-from django_jobqueue.exceptions import InvalidOption
+from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.ids import JobView, Queue
 from django_jobqueue.models import Job, JobStatus, hold_hash
 from tests.ids_helpers import ID, QUEUE, claim, holder

@@ -13,7 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_jobqueue import storage
-from django_jobqueue.exceptions import InvalidJobId, InvalidOption
+from django_jobqueue.core.exceptions import InvalidJobId, InvalidOption
 from django_jobqueue.ids import MAX_PAGE_BYTES, Page
 from django_jobqueue.models import Job, hold_hash
 from tests.ids_helpers import QUEUE, claim

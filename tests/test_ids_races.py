@@ -16,8 +16,9 @@ import pytest
 from django.db import connections
 from django.db.models.functions import Now
 
-from django_jobqueue import locks, storage
+from django_jobqueue import storage
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store import locks
 from tests.ids_helpers import QUEUE, claim, holder
 from tests.testapp.jobtypes.ids import draft, plain
 

@@ -18,8 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from django_jobqueue import licence as lic
-from django_jobqueue.licence import (
+from django_jobqueue.store import licence as lic
+from django_jobqueue.store.licence import (
     Edition,
     Licence,
     LicenceStatus,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from django_jobqueue import licence as lic
-from django_jobqueue.licence import (
+from django_jobqueue.store import licence as lic
+from django_jobqueue.store.licence import (
     Edition,
     Licence,
     LicenceStatus,
@@ -137,7 +137,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DJANGO_SETTINGS_MODULE", None)  # the CLI needs no settings
     return subprocess.run(
-        [sys.executable, "-m", "django_jobqueue.licence", *args],
+        [sys.executable, "-m", "django_jobqueue.store.licence", *args],
         capture_output=True,
         text=True,
         cwd=REPO,

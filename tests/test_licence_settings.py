@@ -15,8 +15,8 @@ from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from django_jobqueue import licence as lic
-from django_jobqueue.licence import issue_licence, key_fingerprint
+from django_jobqueue.store import licence as lic
+from django_jobqueue.store.licence import issue_licence, key_fingerprint
 from tests import licence_helpers
 
 #: The shared fixtures (tests/licence_helpers.py), found by the tests under these names.
@@ -66,7 +66,7 @@ def test_current_licence__reads_the_setting_with_extra_public_keys(
 
 @needs_settings
 def test_require_pro__raises_without_a_valid_licence(jobqueue: Settings) -> None:
-    from django_jobqueue.exceptions import ProRequired
+    from django_jobqueue.core.exceptions import ProRequired
 
     with jobqueue(""), pytest.raises(ProRequired) as caught:
         lic.require_pro("unique_mode 'until_executed'")

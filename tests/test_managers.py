@@ -7,11 +7,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_jobqueue import enqueue_job
-from django_jobqueue.exceptions import DirectCreateRefused, DuplicateJob
+from django_jobqueue.core.exceptions import DirectCreateRefused, DuplicateJob
 from django_jobqueue.ids import Queue
-from django_jobqueue.managers import hold_hash
 from django_jobqueue.models import Job, ScheduleJob
 from django_jobqueue.schedules import add_job_with_schedule
+from django_jobqueue.store.managers import hold_hash
 from tests.no_duplicate_helpers import JOB_TYPE
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,9 +12,9 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_jobqueue import pauses
 from django_jobqueue.models import JobStatus
-from django_jobqueue.workerstats import StatsBuffer, register_worker
+from django_jobqueue.store import pauses
+from django_jobqueue.store.workerstats import StatsBuffer, register_worker
 from tests.maintenance_helpers import make_job, make_jobs
 
 pytestmark = pytest.mark.django_db

@@ -20,12 +20,13 @@ import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 
-from django_jobqueue import locks, storage
+from django_jobqueue import storage
+from django_jobqueue.core.exceptions import DuplicateJob, InvalidJobId, LockTimeout
+from django_jobqueue.core.validation import MAX_ID_BYTES
 from django_jobqueue.enqueue import build_job, create_job, enqueue_job
-from django_jobqueue.exceptions import DuplicateJob, InvalidJobId, LockTimeout
-from django_jobqueue.managers import hold_lock_names
 from django_jobqueue.models import Job, JobStatus, hold_hash
-from django_jobqueue.validation import MAX_ID_BYTES
+from django_jobqueue.store import locks
+from django_jobqueue.store.managers import hold_lock_names
 from tests.no_duplicate_helpers import (
     JOB_TYPE,
     advisory_locks_in_database,

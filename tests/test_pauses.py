@@ -1,4 +1,4 @@
-"""Queue pause and resume (django_jobqueue.pauses)."""
+"""Queue pause and resume (django_jobqueue.store.pauses)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from django_jobqueue import pauses
-from django_jobqueue.exceptions import InvalidOption
+from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.models import QueuePause
+from django_jobqueue.store import pauses
 
 pytestmark = pytest.mark.django_db
 

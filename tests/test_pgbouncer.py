@@ -21,8 +21,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_jobqueue import enqueue_job
+from django_jobqueue.core.exceptions import DuplicateJob
 from django_jobqueue.enqueue import build_job, create_job
-from django_jobqueue.exceptions import DuplicateJob
 from django_jobqueue.models import Job
 from django_jobqueue.worker.pooler import listen_supported
 from tests.conftest import direct_postgres_url, through_pgbouncer

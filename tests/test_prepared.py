@@ -1,4 +1,4 @@
-"""Prepared statements on PostgreSQL (django_jobqueue.prepared, issue 15 item 1).
+"""Prepared statements on PostgreSQL (django_jobqueue.core.prepared, issue 15 item 1).
 
 The insert and the claim are prepared on the session once and reused; a project
 that sets psycopg's ``prepare_threshold`` (None behind a transaction pooler) keeps
@@ -12,7 +12,8 @@ from datetime import UTC
 import pytest
 from django.db import connection, transaction
 
-from django_jobqueue import enqueue_job, prepared, storage
+from django_jobqueue import enqueue_job, storage
+from django_jobqueue.core import prepared
 from django_jobqueue.ids import Queue
 from django_jobqueue.models import Job
 from tests.no_duplicate_helpers import JOB_TYPE

@@ -14,7 +14,8 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_jobqueue import enqueue_job, enqueue_many, prepared, storage
+from django_jobqueue import enqueue_job, enqueue_many, storage
+from django_jobqueue.core import prepared
 from django_jobqueue.ids import Queue
 from django_jobqueue.models import Job
 from tests.no_duplicate_helpers import JOB_TYPE

@@ -18,15 +18,16 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test import override_settings
 
-from django_jobqueue import locks, maintenance, storage
+from django_jobqueue import maintenance, storage
 from django_jobqueue.checks import MYSQL_PACKET_OVERHEAD, check_sizes
-from django_jobqueue.conf import get_config, validate_settings
+from django_jobqueue.core.conf import get_config, validate_settings
+from django_jobqueue.core.exceptions import InvalidPayload, LockTimeout
+from django_jobqueue.core.validation import check_result_size, json_size
 from django_jobqueue.enqueue import build_job, create_job, enqueue_job, enqueue_many
-from django_jobqueue.exceptions import InvalidPayload, LockTimeout
 from django_jobqueue.ids import Queue
-from django_jobqueue.managers import hold_lock_names
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.validation import check_result_size, json_size
+from django_jobqueue.store import locks
+from django_jobqueue.store.managers import hold_lock_names
 from tests.no_duplicate_helpers import JOB_TYPE, advisory_locks_in_database, race_threads, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -245,7 +246,7 @@ def test_a_lock_wait_timeout_on_create_is_retried_once_then_lock_timeout(
     ender = threading.Timer(hold_s, other.rollback)
     with connection.cursor() as cursor:
         cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
-    caplog.set_level("WARNING", logger="django_jobqueue.locks")
+    caplog.set_level("WARNING", logger="django_jobqueue.store.locks")
     ender.start()
     try:
         if hold_s < 2:

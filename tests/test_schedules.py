@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_jobqueue import schedules
+from django_jobqueue.core.exceptions import DuplicateJob, InvalidOption, UnknownJobType
 from django_jobqueue.enqueue import build_job, create_job
-from django_jobqueue.exceptions import DuplicateJob, InvalidOption, UnknownJobType
 from django_jobqueue.models import Job, JobStatus, ScheduleJob
 from django_jobqueue.schedules import (
     ScheduleSource,

@@ -17,9 +17,7 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, connections, transaction
 
-from django_jobqueue import locks
-from django_jobqueue.exceptions import LockTimeout
-from django_jobqueue.managers import JobManager
+from django_jobqueue.core.exceptions import LockTimeout
 from django_jobqueue.models import Job, ScheduleJob
 from django_jobqueue.schedules import (
     ScheduleStatus,
@@ -27,6 +25,8 @@ from django_jobqueue.schedules import (
     materialize,
     materialize_due,
 )
+from django_jobqueue.store import locks
+from django_jobqueue.store.managers import JobManager
 from tests.testapp.jobtypes.schedules import tick  # noqa: F401  (registers schedules.tick)
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import override_settings
 
-from django_jobqueue import handle, registry, schedules
-from django_jobqueue.exceptions import ImproperlyConfiguredJobQueue
+from django_jobqueue import handle, schedules
+from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue
 from django_jobqueue.models import Job, JobStatus, ScheduleJob
 from django_jobqueue.schedules import (
     ScheduleSource,
@@ -22,6 +22,7 @@ from django_jobqueue.schedules import (
     materialize_due,
     sync_declared_plans,
 )
+from django_jobqueue.store import registry
 from tests.schedules_helpers import DB, NEW_YORK, PARIS, cron_plan, jobs_of, ticks_of, utc
 from tests.testapp.jobtypes.schedules import tick  # noqa: F401  (registers schedules.*)
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from django_jobqueue.client.worker import Worker
-from django_jobqueue.stopsignals import SignalRelay, stop_signals_blocked
+from django_jobqueue.core.stopsignals import SignalRelay, stop_signals_blocked
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
 

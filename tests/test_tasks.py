@@ -19,14 +19,15 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_jobqueue import JobDescription, enqueue_job, registry, storage
-from django_jobqueue.exceptions import ImproperlyConfiguredJobQueue, UnknownJobType
+from django_jobqueue import JobDescription, enqueue_job, storage
+from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue, UnknownJobType
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.registry import get_job_description, register_job_type_resolver
+from django_jobqueue.store import registry
+from django_jobqueue.store.registry import get_job_description, register_job_type_resolver
 
-tasks_api = pytest.importorskip("django_jobqueue.compat", exc_type=ImproperlyConfigured)
+tasks_api = pytest.importorskip("django_jobqueue.core.compat", exc_type=ImproperlyConfigured)
 
-from django_jobqueue.compat import (  # noqa: E402
+from django_jobqueue.core.compat import (  # noqa: E402
     SUCCESSFUL,
     InvalidTask,
     TaskResultDoesNotExist,
@@ -367,7 +368,9 @@ def test_run__non_retryable_error_fails_at_once():
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.attempts == 1
-    assert result.errors[0].exception_class_path == ("django_jobqueue.exceptions.NonRetryableError")
+    assert result.errors[0].exception_class_path == (
+        "django_jobqueue.core.exceptions.NonRetryableError"
+    )
 
 
 def test_run__a_return_value_that_is_not_json_fails_the_task():
@@ -389,7 +392,7 @@ def test_run__a_worker_that_died_counts_as_a_failed_attempt():
         result.refresh()
         assert result.status == TaskResultStatus.READY
         [error] = result.errors
-        assert error.exception_class_path == "django_jobqueue.exceptions.JobQueueError"
+        assert error.exception_class_path == "django_jobqueue.core.exceptions.JobQueueError"
         assert "lease expired" in error.traceback
         assert drain() == {"done": 1}
     result.refresh()
@@ -509,14 +512,14 @@ def test_resolve__the_app_registers_the_task_resolver_once_and_resolvers_run_in_
 
 
 def test_compat__without_django_tasks_nor_backport_the_error_names_both(monkeypatch):
-    import django_jobqueue.compat as compat
+    import django_jobqueue.core.compat as compat
 
     for name in list(sys.modules):
         if name == "django.tasks" or name.startswith(("django.tasks.", "django_tasks")):
             monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "django.tasks", None)
     monkeypatch.setitem(sys.modules, "django_tasks", None)
-    monkeypatch.delitem(sys.modules, "django_jobqueue.compat")
+    monkeypatch.delitem(sys.modules, "django_jobqueue.core.compat")
     for name in list(sys.modules):
         if name == "django_jobqueue.tasks" or name.startswith("django_jobqueue.tasks."):
             monkeypatch.delitem(sys.modules, name)
@@ -524,7 +527,7 @@ def test_compat__without_django_tasks_nor_backport_the_error_names_both(monkeypa
     monkeypatch.setattr(registry, "_resolvers", ())
     try:
         with pytest.raises(ImproperlyConfigured) as caught:
-            importlib.import_module("django_jobqueue.compat")
+            importlib.import_module("django_jobqueue.core.compat")
         message = str(caught.value)
         assert "Django 6.0 or later" in message
         assert "django-tasks" in message
@@ -539,4 +542,4 @@ def test_compat__without_django_tasks_nor_backport_the_error_names_both(monkeypa
             enqueue_job(None, "tests.testapp.jobtypes.tasks.add", None)
     finally:
         monkeypatch.undo()
-    assert importlib.import_module("django_jobqueue.compat") is compat
+    assert importlib.import_module("django_jobqueue.core.compat") is compat

@@ -16,8 +16,8 @@ from django.db import transaction
 from django.test import override_settings
 
 from django_jobqueue import InvalidRequest, ProRequired, enqueue_job, storage
-from django_jobqueue.licence import generate_key_pair, issue_licence
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store.licence import generate_key_pair, issue_licence
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ import pytest
 from django.db import transaction
 
 from django_jobqueue import enqueue_job, storage
-from django_jobqueue.dbclock import Now
+from django_jobqueue.core.dbclock import Now
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 

@@ -9,8 +9,8 @@ import pytest
 from django.test import override_settings
 
 from django_jobqueue import enqueue_job
-from django_jobqueue.licence import generate_key_pair, issue_licence
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store.licence import generate_key_pair, issue_licence
 from tests.workers_helpers import drain, run_workers
 
 pytestmark = pytest.mark.django_db(transaction=True)

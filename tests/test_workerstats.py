@@ -1,4 +1,4 @@
-"""The worker registry and the per-minute stats buffer (django_jobqueue.workerstats)."""
+"""The worker registry and the per-minute stats buffer (django_jobqueue.store.workerstats)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from django.db.models import F
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_jobqueue import workerstats
-from django_jobqueue.exceptions import InvalidOption
+from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.models import JobStat, Worker
-from django_jobqueue.workerstats import StatsBuffer
+from django_jobqueue.store import workerstats
+from django_jobqueue.store.workerstats import StatsBuffer
 
 T0 = datetime(2026, 12, 1, 10, 0, 30, tzinfo=UTC).timestamp()
 

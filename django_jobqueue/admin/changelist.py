@@ -22,10 +22,10 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
-from ..conf import get_config
-from ..dbclock import Now
+from ..core.conf import get_config
+from ..core.dbclock import Now
 from ..models import Job
-from ..registry import registered_job_types
+from ..store.registry import registered_job_types
 
 __all__ = [
     "EstimatedCountPaginator",

@@ -9,9 +9,9 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from .. import maintenance
-from ..exceptions import UnknownJobType
+from ..core.exceptions import UnknownJobType
 from ..models import ScheduleJob
-from ..registry import get_job_description
+from ..store.registry import get_job_description
 from .display import hidden, pretty
 
 __all__ = ["ScheduleJobAdmin"]

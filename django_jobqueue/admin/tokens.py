@@ -1,6 +1,6 @@
 """The Django admin of the SDK gateway's API tokens.
 
-Adding a token makes its secret (:func:`django_jobqueue.apitokens.issue_token`) and
+Adding a token makes its secret (:func:`django_jobqueue.store.apitokens.issue_token`) and
 shows it once, in the success message; only its hash is stored. Tokens are revoked,
 not edited: queues and scopes are chosen when one is made.
 """
@@ -16,9 +16,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .. import apitokens
-from ..exceptions import InvalidOption
+from ..core.exceptions import InvalidOption
 from ..models import API_SCOPES, ApiToken
+from ..store import apitokens
 
 __all__ = ["ApiTokenAdmin"]
 

@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..stopsignals import SignalRelay
+from ..core.stopsignals import SignalRelay
 from .errors import GatewayError, LeaseLost, RateLimited, ServiceUnavailable
 from .errors import GatewayUnreachable as _Unreachable
 from .producer import Client

@@ -14,7 +14,7 @@ from django.db.models import Model
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 
-from ..licence import is_pro
+from ..store.licence import is_pro
 
 __all__ = ["PERMISSIONS", "log_action", "pro_only", "staff_required"]
 

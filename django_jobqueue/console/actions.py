@@ -17,9 +17,10 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from .. import maintenance, pauses, schedules
-from ..exceptions import InvalidOption
+from .. import maintenance, schedules
+from ..core.exceptions import InvalidOption
 from ..models import Job, QueuePause, ScheduleJob
+from ..store import pauses
 from . import queries
 from .access import PERMISSIONS, log_action, staff_required
 from .views import context, using

@@ -15,10 +15,10 @@ from typing import Any
 from django import forms
 from django.db.models import Q, QuerySet, Sum
 
-from ..dbclock import Now
-from ..managers import hold_hash
+from ..core.dbclock import Now
 from ..models import DEAD_STATUSES, Job, JobStat, JobStatus
 from ..overview import QueueRow, overview
+from ..store.managers import hold_hash
 
 __all__ = [
     "PAGE_SIZE",

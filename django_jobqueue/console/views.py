@@ -9,10 +9,10 @@ from typing import Any
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from ..licence import is_pro
 from ..models import Job, ScheduleJob
 from ..overview import jobs_database
-from ..workerstats import gone_workers, live_workers
+from ..store.licence import is_pro
+from ..store.workerstats import gone_workers, live_workers
 from . import queries
 from .access import PERMISSIONS, staff_required
 from .charts import bar_chart

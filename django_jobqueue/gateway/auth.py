@@ -1,4 +1,4 @@
-"""Access: bearer tokens (:mod:`django_jobqueue.apitokens`), scopes, queues and rate.
+"""Access: bearer tokens (:mod:`django_jobqueue.store.apitokens`), scopes, queues and rate.
 
 Bearer auth only: no cookie or session is read, so CSRF does not apply. A missing,
 malformed, unknown, revoked or expired token answers 401; a token without the route's
@@ -18,9 +18,9 @@ from django.core.cache import cache
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
-from .. import apitokens
-from ..conf import get_config
+from ..core.conf import get_config
 from ..models import ApiToken
+from ..store import apitokens
 from .body import declared_length
 from .errors import GatewayError, unauthorized
 

@@ -15,7 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 from ninja.parser import Parser
 
-from ..conf import get_config
+from ..core.conf import get_config
 from .errors import GatewayError
 
 __all__ = ["JsonBodyParser", "declared_length"]

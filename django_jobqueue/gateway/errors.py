@@ -2,7 +2,7 @@
 
 Every error answer is ``{"error": code, "detail": text, "field": name or null}``,
 plus ``index`` for a job of a batch and ``jid`` for the holder of a duplicate id.
-The package's typed errors (:mod:`django_jobqueue.exceptions`) map by their ``code``
+The package's typed errors (:mod:`django_jobqueue.core.exceptions`) map by their ``code``
 through :data:`STATUS_BY_CODE`; every ``InvalidRequest`` answers ``invalid_request``
 (its own code is in ``reason``). A database that does not answer (``OperationalError``,
 ``InterfaceError``) is a logged 503 with ``Retry-After``. Nothing else is caught: every
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 
-from ..exceptions import DuplicateJob, InvalidRequest, JobQueueError
+from ..core.exceptions import DuplicateJob, InvalidRequest, JobQueueError
 
 if TYPE_CHECKING:
     from ninja import NinjaAPI

@@ -19,12 +19,12 @@ from ninja import Router, Status
 
 from .. import maintenance
 from ..bulk import create_many
-from ..conf import get_config
+from ..core.conf import get_config
+from ..core.exceptions import InvalidOption, InvalidRequest, JobQueueError, ProRequired
+from ..core.validation import check_delay, check_json, check_queue, check_text
 from ..enqueue import JobSpec, build_job, create_job, jobs_database
-from ..exceptions import InvalidOption, InvalidRequest, JobQueueError, ProRequired
 from ..models import DEAD_STATUSES, Job, JobStatus
-from ..registry import get_job_description
-from ..validation import check_delay, check_json, check_queue, check_text
+from ..store.registry import get_job_description
 from .auth import require
 from .errors import GatewayError, from_jobqueue_error
 from .schemas import (

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..conf import get_config
-from ..exceptions import NonRetryableError
-from ..registry import JobDescription, describe
+from ..core.conf import get_config
+from ..core.exceptions import NonRetryableError
+from ..store.registry import JobDescription, describe
 
 __all__ = ["external_job_description", "external_job_types"]
 

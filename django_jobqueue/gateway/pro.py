@@ -16,12 +16,12 @@ from ninja import Query, Router, Schema
 from pydantic import ConfigDict, Field
 
 from .. import maintenance
-from ..dbclock import Now
+from ..core.dbclock import Now
+from ..core.exceptions import JobQueueError
+from ..core.validation import check_queue, check_text
 from ..enqueue import jobs_database
-from ..exceptions import JobQueueError
-from ..licence import require_pro
 from ..models import DEAD_STATUSES, Job, JobStatus, hold_hash
-from ..validation import check_queue, check_text
+from ..store.licence import require_pro
 from .auth import require
 from .errors import bad_parameter, from_jobqueue_error
 from .schemas import ERRORS, BulkIn, BulkOut, UniqueLocksOut, UniqueReleaseOut
@@ -66,7 +66,7 @@ def unique_locks(request: HttpRequest, filters: Query[LocksQuery]) -> Any:
     require(request, "admin")
     if filters.queue is not None:
         _checked_queue(request, filters.queue)
-    from ..apitokens import queue_allowed
+    from ..store.apitokens import queue_allowed
     from .auth import token_of
 
     token = token_of(request)

@@ -15,12 +15,12 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import ConfigDict, Field
 
-from .. import pauses
-from ..exceptions import InvalidPayload, JobQueueError, UnknownJobType
+from ..core.exceptions import InvalidPayload, JobQueueError, UnknownJobType
+from ..core.validation import check_queue, check_text
 from ..ids import JobView, Queue
 from ..models import Job
 from ..overview import jobs_database
-from ..validation import check_queue, check_text
+from ..store import pauses
 from .auth import require
 from .errors import GatewayError, bad_parameter, from_jobqueue_error
 from .schemas import (

@@ -24,7 +24,7 @@ from pydantic import (
     field_validator,
 )
 
-from ..validation import text_problem
+from ..core.validation import text_problem
 
 __all__ = [
     "ERRORS",

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from django.db import connections
 
-from ..conf import get_config
+from ..core.conf import get_config
 from ..worker import wakeup
 
 __all__ = ["generation", "registered", "stop_listening", "wait"]

@@ -31,14 +31,15 @@ from django.db.models import F
 from django.http import HttpRequest
 from ninja import Router
 
-from .. import storage, workerstats
-from ..conf import get_config
-from ..dbclock import Now
+from .. import storage
+from ..core.conf import get_config
+from ..core.dbclock import Now
+from ..core.exceptions import JobQueueError
+from ..core.signals import job_finished, job_started
 from ..enqueue import jobs_database
-from ..exceptions import JobQueueError
 from ..models import Job, JobStatus, Worker
-from ..registry import registered_job_types
-from ..signals import job_finished, job_started
+from ..store import workerstats
+from ..store.registry import registered_job_types
 from ..worker.executor import expire_if_due
 from . import waiting
 from .auth import require

@@ -23,7 +23,7 @@ and so does a ``cancelled`` job (a cancel ends the id's job, whatever the worker
 for display).
 
 Atomicity. Each call runs under the creation lock of its (queue, id)
-(:func:`django_jobqueue.locks.creation_lock`), so calls on one id are serialised with
+(:func:`django_jobqueue.store.locks.creation_lock`), so calls on one id are serialised with
 each other and with ``enqueue_job(job_id=...)``. Workers never take that lock; against
 them every change is a guarded ``UPDATE``/``DELETE`` that filters on the state read
 (``waiting=True`` for a waiting job, ``processing`` and the lease token for a running

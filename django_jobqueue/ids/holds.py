@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 
 from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 
-from .. import locks
-from ..conf import get_config
-from ..dbclock import Now
-from ..exceptions import LockTimeout
-from ..managers import JobSpec, check_transaction, hold_lock_names
+from ..core.conf import get_config
+from ..core.dbclock import Now
+from ..core.exceptions import LockTimeout
 from ..models import DEAD_STATUSES, Job, JobStatus, hold_hash
 from ..storage import restart_fields
-from ..wakeups import notify_on_commit
+from ..store import locks
+from ..store.managers import JobSpec, check_transaction, hold_lock_names
+from ..store.wakeups import notify_on_commit
 
 __all__ = [
     "ROUNDS",

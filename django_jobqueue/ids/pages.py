@@ -20,8 +20,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ..dbclock import Now
-from ..exceptions import InvalidOption
+from ..core.dbclock import Now
+from ..core.exceptions import InvalidOption
 from ..models import DEAD_STATUSES, JobStatus
 
 __all__ = [

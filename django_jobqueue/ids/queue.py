@@ -23,16 +23,16 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError
 from django.utils import timezone
 
-from ..conf import get_config
-from ..dbclock import Now
-from ..durations import Duration, parse_duration, to_ms
+from ..core.conf import get_config
+from ..core.dbclock import Now
+from ..core.durations import Duration, parse_duration, to_ms
+from ..core.exceptions import InvalidOption
+from ..core.validation import check_delay, check_json, check_queue, check_text
 from ..enqueue import build_job, jobs_database
-from ..exceptions import InvalidOption
-from ..managers import JobSpec
 from ..models import DEAD_STATUSES, Job, JobStatus
-from ..registry import UNSET, get_job_description, registered_job_types
-from ..validation import check_delay, check_json, check_queue, check_text
-from ..workerstats import count_deduplicated
+from ..store.managers import JobSpec
+from ..store.registry import UNSET, get_job_description, registered_job_types
+from ..store.workerstats import count_deduplicated
 from .holds import (
     ROUNDS,
     Kind,

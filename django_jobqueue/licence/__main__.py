@@ -1,9 +1,10 @@
-"""Run ``python -m django_jobqueue.licence`` (see :func:`django_jobqueue.licence.cli.main`)."""
+"""Run ``python -m django_jobqueue.licence``: the deprecated path of ``python -m
+django_jobqueue.store.licence`` (CHANGELOG.md, "Module paths")."""
 
 from __future__ import annotations
 
 import sys
 
-from .cli import main
+from ..store.licence.cli import main
 
 sys.exit(main())

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_jobqueue import pauses
-from django_jobqueue.exceptions import InvalidOption
+from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.overview import jobs_database
+from django_jobqueue.store import pauses
 
 __all__ = ["arguments", "pause", "resume"]
 

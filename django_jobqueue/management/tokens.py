@@ -1,6 +1,6 @@
 """``manage.py jobqueue token create|list|revoke``: the gateway's API tokens.
 
-Parses and wires only: the work is in :mod:`django_jobqueue.apitokens`. ``create``
+Parses and wires only: the work is in :mod:`django_jobqueue.store.apitokens`. ``create``
 prints the token once, on its own last line; only its hash is stored.
 """
 
@@ -13,10 +13,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from django_jobqueue import apitokens
-from django_jobqueue.durations import parse_duration
-from django_jobqueue.exceptions import InvalidOption
+from django_jobqueue.core.durations import parse_duration
+from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.models import ApiToken
+from django_jobqueue.store import apitokens
 
 __all__ = ["arguments", "handle"]
 

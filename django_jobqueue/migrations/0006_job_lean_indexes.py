@@ -9,7 +9,7 @@ nothing useful for most jobs:
   partial unique indexes ``WHERE <hash> IS NOT NULL``, under the same names: the
   same rule (PostgreSQL never compares NULLs in a unique index), and a plain job
   writes neither. ``INSERT ... ON CONFLICT DO NOTHING``, the keyed insert of
-  :mod:`django_jobqueue.rawinsert`, names no index, so the partial ones serve it.
+  :mod:`django_jobqueue.store.rawinsert`, names no index, so the partial ones serve it.
 - ``<table>_jid_<hash>_like``, the ``varchar_pattern_ops`` index Django adds beside
   a unique ``CharField`` for ``LIKE 'abc%'``. Nothing here searches jids by prefix
   (the admin's search is exact); the unique index on ``jid`` stays.

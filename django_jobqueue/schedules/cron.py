@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-from ..exceptions import InvalidOption
+from ..core.exceptions import InvalidOption
 
 __all__ = ["next_tick", "tick_job_id", "validate_cron", "validate_timezone"]
 

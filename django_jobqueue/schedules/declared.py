@@ -17,12 +17,12 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .. import locks
-from ..conf import get_config
-from ..dbclock import Now
-from ..exceptions import ImproperlyConfiguredJobQueue, JobQueueError
+from ..core.conf import get_config
+from ..core.dbclock import Now
+from ..core.exceptions import ImproperlyConfiguredJobQueue, JobQueueError
 from ..models import ScheduleJob
-from ..registry import get_job_description, registered_job_types
+from ..store import locks
+from ..store.registry import get_job_description, registered_job_types
 from .cron import next_tick, validate_cron, validate_timezone
 from .plans import DECLARED_SOURCES, ScheduleSource, ScheduleStatus, resolve_plan_job
 

@@ -14,11 +14,11 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from .. import locks
-from ..dbclock import Now
+from ..core.dbclock import Now
+from ..core.exceptions import DuplicateJob, InvalidOption, JobQueueError, LockTimeout, WrongDatabase
 from ..enqueue import build_job, create_job
-from ..exceptions import DuplicateJob, InvalidOption, JobQueueError, LockTimeout, WrongDatabase
 from ..models import ScheduleJob
+from ..store import locks
 from .cron import next_tick, tick_job_id, validate_cron, validate_timezone
 from .plans import ScheduleStatus, append_log, iso_utc
 

@@ -19,12 +19,12 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from ..dbclock import Now
+from ..core.dbclock import Now
+from ..core.exceptions import DuplicateJob, InvalidOption
+from ..core.validation import text_problem
 from ..enqueue import build_job, create_job
-from ..exceptions import DuplicateJob, InvalidOption
-from ..managers import JobSpec
 from ..models import ScheduleJob
-from ..validation import text_problem
+from ..store.managers import JobSpec
 from .cron import next_tick
 
 __all__ = [

@@ -13,15 +13,15 @@ from django.core import checks
 from django.db import transaction
 from django.utils import timezone
 
-from ..compat import (
+from ..core.compat import (
     BaseTaskBackend,
     InvalidTask,
     TaskResultDoesNotExist,
     normalize_json,
     task_enqueued,
 )
-from ..exceptions import ImproperlyConfiguredJobQueue
-from ..validation import text_problem
+from ..core.exceptions import ImproperlyConfiguredJobQueue
+from ..core.validation import text_problem
 from .options import BACKEND_KEYS, OPTIONS_ATTRIBUTE, parse_options
 from .results import task_priority_to_job_priority, task_result_from_job
 
@@ -127,7 +127,7 @@ class JobQueueBackend(BaseTaskBackend):
             If args or kwargs are not JSON-serializable (as Django raises).
         ImproperlyConfiguredJobQueue
             If this backend's ``OPTIONS`` are invalid.
-        django_jobqueue.exceptions.JobQueueError
+        django_jobqueue.core.exceptions.JobQueueError
             As :func:`django_jobqueue.enqueue.enqueue_job` raises (``LockTimeout``,
             ``WrongDatabase``, ``ProRequired``). Nothing is written then.
 

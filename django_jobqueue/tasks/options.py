@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..compat import Task
-from ..durations import parse_duration, to_ms
-from ..exceptions import ImproperlyConfiguredJobQueue, InvalidOption
+from ..core.compat import Task
+from ..core.durations import parse_duration, to_ms
+from ..core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption
 
 __all__ = ["BACKEND_KEYS", "OPTIONS_ATTRIBUTE", "OPTION_KEYS", "parse_options", "task_options"]
 

@@ -15,7 +15,7 @@ from django.apps import apps
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
-from ..compat import (
+from ..core.compat import (
     SUCCESSFUL,
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -44,7 +44,7 @@ _PRIORITY_PIVOT = TASK_MAX_PRIORITY + 1
 _DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 #: The exception class given to failures that were not raised by the task (a lease
 #: that expired, a job that expired before it ran): they carry a message only.
-_QUEUE_FAILURE_CLASS = "django_jobqueue.exceptions.JobQueueError"
+_QUEUE_FAILURE_CLASS = "django_jobqueue.core.exceptions.JobQueueError"
 
 
 def task_priority_to_job_priority(priority: int) -> int:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.dispatch import receiver
 
-from ..compat import TaskContext, normalize_json, task_backends, task_finished, task_started
-from ..exceptions import UnknownJobType
-from ..registry import JobDescription, get_job_description
-from ..signals import job_finished
+from ..core.compat import TaskContext, normalize_json, task_backends, task_finished, task_started
+from ..core.exceptions import UnknownJobType
+from ..core.signals import job_finished
+from ..store.registry import JobDescription, get_job_description
 from .results import find_task, task_result_from_job
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ from django.db import connections
 from django.utils import timezone
 
 from .. import storage
+from ..core.reconnect import close_dead, is_disconnect
 from ..models import Job
-from ..reconnect import close_dead, is_disconnect
 from .connections import recycle_connections
 
 __all__ = ["Completer"]

@@ -22,7 +22,7 @@ import time
 
 from django.db import connections
 
-from ..reconnect import close_dead, idle_for, mark_used
+from ..core.reconnect import close_dead, idle_for, mark_used
 
 __all__ = [
     "IDLE_CHECK_S",

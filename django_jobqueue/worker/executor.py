@@ -37,12 +37,12 @@ from asgiref.sync import async_to_sync
 from django.db import connections
 
 from .. import storage
-from ..conf import get_config
-from ..exceptions import NonRetryableError, PayloadTooLarge, UnknownJobType
+from ..core.conf import get_config
+from ..core.exceptions import NonRetryableError, PayloadTooLarge, UnknownJobType
+from ..core.signals import job_finished, job_started
+from ..core.validation import check_json
 from ..models import Job, JobStatus
-from ..registry import get_job_description
-from ..signals import job_finished, job_started
-from ..validation import check_json
+from ..store.registry import get_job_description
 from .completer import Completer
 from .connections import check_before_handler, recycle_connections
 from .context import JobContext

@@ -24,7 +24,7 @@ One foreman runs in the thread that calls :meth:`Foreman.run` and owns:
   in-process :data:`~django_jobqueue.worker.wakeup.local_event`.
 
 The helper threads, the wake-ups and the outcome counting are in :mod:`.housekeeping`.
-Paused queues (:mod:`django_jobqueue.pauses`) are left out by :func:`storage.claim`.
+Paused queues (:mod:`django_jobqueue.store.pauses`) are left out by :func:`storage.claim`.
 
 Shutdown (seed 004 Strike): :meth:`Foreman.stop` (the first SIGTERM/SIGINT) stops
 claiming and lets running jobs finish for up to ``shutdown_timeout_ms``; then the
@@ -51,12 +51,12 @@ from typing import Any
 from django.db import connections
 
 from .. import storage
-from ..conf import get_config
+from ..core.conf import get_config
+from ..core.reconnect import retry_on_disconnect
+from ..core.stopsignals import SignalRelay
 from ..models import Job
-from ..pauses import paused_queues
-from ..reconnect import retry_on_disconnect
-from ..registry import registered_job_types
-from ..stopsignals import SignalRelay
+from ..store.pauses import paused_queues
+from ..store.registry import registered_job_types
 from . import executor, wakeup
 from .claims import ForemanClaims
 from .completer import Completer

@@ -7,15 +7,15 @@ beside the worker slots:
   flushes batched completions, extends the leases of running jobs (flagging lost
   leases and cancel requests on their contexts) and refreshes the foreman's
   :class:`~django_jobqueue.models.Worker` row
-  (:func:`~django_jobqueue.workerstats.beat_worker`: busy slots, jobs done and failed
+  (:func:`~django_jobqueue.store.workerstats.beat_worker`: busy slots, jobs done and failed
   for good since start), idle or not, so the registry shows idle workers live.
   Each write that meets a dead connection reconnects and repeats once
-  (:mod:`django_jobqueue.reconnect`), a lease beat that still failed is tried again
+  (:mod:`django_jobqueue.core.reconnect`), a lease beat that still failed is tried again
   after :data:`_BEAT_RETRY_S`, and no error ends the thread while the foreman runs;
 - **the housekeeping thread**: returns expired leases to the queue
   (:func:`storage.reap_expired`, every ``lease_ms / 2``), turns due schedules into
   jobs (about every second), flushes the outcome counters of its
-  :class:`~django_jobqueue.workerstats.StatsBuffer` (every :data:`STATS_FLUSH_S`)
+  :class:`~django_jobqueue.store.workerstats.StatsBuffer` (every :data:`STATS_FLUSH_S`)
   and prunes long-gone workers and old statistics (every :data:`PRUNE_EVERY_S`);
 - **the relay** of the in-process :data:`~.wakeup.local_event`.
 
@@ -32,10 +32,10 @@ from importlib import metadata
 from django.db import connections
 
 from .. import storage
-from ..conf import get_config
+from ..core.conf import get_config
+from ..core.reconnect import retry_on_disconnect
 from ..models import JobStatus
-from ..reconnect import retry_on_disconnect
-from ..workerstats import (
+from ..store.workerstats import (
     StatsBuffer,
     beat_worker,
     create_stats,
@@ -323,7 +323,7 @@ class ForemanThreads:
 
     def _sync_schedules(self) -> None:
         """Write the declared plans once at start (schedules.on_foreman_start)."""
-        from ..exceptions import ImproperlyConfiguredJobQueue
+        from ..core.exceptions import ImproperlyConfiguredJobQueue
         from ..schedules import on_foreman_start
 
         try:

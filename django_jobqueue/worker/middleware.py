@@ -16,7 +16,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from ..exceptions import ImproperlyConfiguredJobQueue
+from ..core.exceptions import ImproperlyConfiguredJobQueue
 
 __all__ = ["Handler", "Middleware", "apply_middleware", "load_middleware"]
 

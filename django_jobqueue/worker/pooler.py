@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..conf import get_config
+from ..core.conf import get_config
 
 __all__ = ["PROBE_TIMEOUT_S", "listen_supported", "poll_instead"]
 

@@ -28,7 +28,7 @@ import django
 from django.apps import apps
 from django.db import connections
 
-from ..stopsignals import SignalRelay, stop_signals_blocked
+from ..core.stopsignals import SignalRelay, stop_signals_blocked
 from .logsetup import add_default_handler
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
-"""Listening for wake-ups: the worker's side of :mod:`django_jobqueue.wakeups`.
+"""Listening for wake-ups: the worker's side of :mod:`django_jobqueue.store.wakeups`.
 
 Writers send a wake-up after their job commits
-(:func:`~django_jobqueue.wakeups.notify_on_commit`): a PostgreSQL ``NOTIFY`` on
+(:func:`~django_jobqueue.store.wakeups.notify_on_commit`): a PostgreSQL ``NOTIFY`` on
 :data:`CHANNEL` carrying the queue name, and the in-process :data:`local_event`.
 Here foremen listen for the first; they wait on the second when idle.
 
@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from ..conf import get_config
-from ..wakeups import CHANNEL, local_event
+from ..core.conf import get_config
+from ..store.wakeups import CHANNEL, local_event
 from . import pooler
 
 __all__ = [

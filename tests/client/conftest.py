@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from django_jobqueue.apitokens import issue_token
 from django_jobqueue.client import Client
+from django_jobqueue.store.apitokens import issue_token
 
 from .live import live_gateway
 

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from django_jobqueue import pauses
+from django_jobqueue.store import pauses
 
 ACTION_PERMS = [
     "retry_job",

@@ -17,9 +17,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import override_settings
 
-from django_jobqueue.licence import generate_key_pair, issue_licence
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.workerstats import StatsBuffer, register_worker
+from django_jobqueue.store.licence import generate_key_pair, issue_licence
+from django_jobqueue.store.workerstats import StatsBuffer, register_worker
 from tests.maintenance_helpers import make_job, make_jobs
 from tests.testapp.models import RunRecord
 from tests.workers_helpers import StartedWorkers

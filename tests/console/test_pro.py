@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.workerstats import StatsBuffer
+from django_jobqueue.store.workerstats import StatsBuffer
 from tests.maintenance_helpers import make_job, make_jobs
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_jobqueue.models import Job, JobStatus, QueuePause, ScheduleJob
-from django_jobqueue.workerstats import StatsBuffer, register_worker
+from django_jobqueue.store.workerstats import StatsBuffer, register_worker
 from tests.maintenance_helpers import make_job, make_jobs
 
 pytestmark = pytest.mark.django_db

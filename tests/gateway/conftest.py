@@ -10,8 +10,8 @@ import pytest
 from django.apps import apps
 from django.test import Client
 
-from django_jobqueue.apitokens import issue_token
 from django_jobqueue.gateway import waiting
+from django_jobqueue.store.apitokens import issue_token
 
 
 class Api:

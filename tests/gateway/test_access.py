@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_jobqueue.apitokens import authenticate, issue_token, revoke_token
 from django_jobqueue.models import ApiToken, Job
+from django_jobqueue.store.apitokens import authenticate, issue_token, revoke_token
 
 pytestmark = pytest.mark.django_db
 
@@ -249,7 +249,7 @@ def test_token_prefixes_never_start_with_a_dash(monkeypatch):
     import secrets
     from io import StringIO
 
-    from django_jobqueue import apitokens
+    from django_jobqueue.store import apitokens
 
     draws = iter(["-" + "a" * 42, "-" + "b" * 42, "c" * 43])
     monkeypatch.setattr(secrets, "token_urlsafe", lambda n: next(draws))
@@ -261,7 +261,7 @@ def test_token_prefixes_never_start_with_a_dash(monkeypatch):
 
 
 def test_issue_token_refuses_unknown_scopes():
-    from django_jobqueue.exceptions import InvalidOption
+    from django_jobqueue.core.exceptions import InvalidOption
 
     with pytest.raises(InvalidOption, match="scopes must be"):
         issue_token("x", queues=["*"], scopes=["everything"])
@@ -276,7 +276,7 @@ def test_issue_token_refuses_unknown_scopes():
     ],
 )
 def test_gateway_settings_are_checked(gateway, problem):
-    from django_jobqueue.conf import validate_settings
+    from django_jobqueue.core.conf import validate_settings
 
     with override_settings(JOBQUEUE={"GATEWAY": gateway}):
         problems = validate_settings()

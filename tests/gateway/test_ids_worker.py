@@ -153,7 +153,7 @@ def test_worker__register_claim_heartbeat_complete(api):
 
 @pytest.mark.django_db
 def test_worker__stop_marks_it_gone_keeps_its_counts(api, client_for, make_token):
-    from django_jobqueue import workerstats
+    from django_jobqueue.store import workerstats
 
     assert api.post("/sdk/worker/register", {"name": "node-2", "queues": ["gw"]}).status_code == 200
     Worker.objects.filter(name="node-2").update(done=7)

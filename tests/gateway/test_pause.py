@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_jobqueue import pauses
 from django_jobqueue.models import QueuePause
+from django_jobqueue.store import pauses
 
 pytestmark = pytest.mark.django_db
 

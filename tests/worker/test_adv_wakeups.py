@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_jobqueue import enqueue_job, rawinsert
+from django_jobqueue import enqueue_job
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store import rawinsert
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 from tests.testapp.models import RunRecord
 

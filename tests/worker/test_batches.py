@@ -9,7 +9,7 @@ from django.db import connection
 
 from django_jobqueue import enqueue_job, enqueue_many, storage
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.pauses import paused_queues
+from django_jobqueue.store.pauses import paused_queues
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 from tests.testapp.jobtypes import worker as worker_jobs
 from tests.testapp.models import RunRecord

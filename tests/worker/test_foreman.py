@@ -14,8 +14,8 @@ from django.db.models.functions import Now
 from django.test import override_settings
 
 from django_jobqueue import enqueue_job, storage
+from django_jobqueue.core.signals import job_finished, job_started
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.signals import job_finished, job_started
 from tests.testapp.jobtypes import worker as worker_jobs
 from tests.testapp.models import RunRecord
 from tests.workers_helpers import drain

@@ -21,8 +21,8 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.db.backends.signals import connection_created
 
 from django_jobqueue import enqueue_job, storage
+from django_jobqueue.core.reconnect import is_disconnect, mark_used, retry_on_disconnect
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.reconnect import is_disconnect, mark_used, retry_on_disconnect
 from django_jobqueue.worker.connections import check_before_handler
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 from tests.testapp.jobtypes import worker as worker_jobs
@@ -82,7 +82,9 @@ def kill_other_sessions() -> int:
 
 def reconnects(caplog: pytest.LogCaptureFixture) -> list[str]:
     """Thread names of the reconnect-and-repeat warnings logged so far."""
-    return [r.threadName or "" for r in caplog.records if r.name == "django_jobqueue.reconnect"]
+    return [
+        r.threadName or "" for r in caplog.records if r.name == "django_jobqueue.core.reconnect"
+    ]
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 30) -> None:
@@ -140,7 +142,7 @@ def test_long_job_under_an_idle_timeout__result_stored_ran_once_lease_kept(
     # keep the job from being reaped and run again. Six beats to a lease, not three:
     # a loaded machine that stalls the heartbeat thread (and its reconnects) for a
     # couple of seconds must not lose the lease.
-    caplog.set_level(logging.WARNING, logger="django_jobqueue.reconnect")
+    caplog.set_level(logging.WARNING, logger="django_jobqueue.core.reconnect")
     quick = enqueue_job(None, "worker.record", {"label": "first"}, priority=1)["jid"]
     slow = enqueue_job(None, "worker.compute", {"s": 8.5}, priority=2)["jid"]
     stats = drain(concurrency=1, lease_ms=7800, heartbeat_ms=1300, batch_completions=batched)
@@ -162,7 +164,7 @@ def test_long_job_under_an_idle_timeout__result_stored_ran_once_lease_kept(
 def test_killed_sessions_between_jobs_and_during_a_heartbeat__no_result_lost(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="django_jobqueue.reconnect")
+    caplog.set_level(logging.WARNING, logger="django_jobqueue.core.reconnect")
     # Beats every 0.8 s; a 6 s lease, shorter than the slow job (7 s), so only a beat
     # that reconnects after the kill keeps it, yet long enough that a loaded machine
     # stalling the heartbeat thread for a few seconds does not lose it.
@@ -230,7 +232,7 @@ def test_check_before_handler__replaces_a_connection_killed_while_idle() -> None
 def test_claim_after_a_disconnect__claims_once_on_a_new_connection(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="django_jobqueue.reconnect")
+    caplog.set_level(logging.WARNING, logger="django_jobqueue.core.reconnect")
     jids = {enqueue_job(None, "worker.record", {"label": str(i)})["jid"] for i in range(3)}
 
     def scenario() -> list[Job]:

@@ -25,11 +25,12 @@ from django.db.models import Sum
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_jobqueue import enqueue_job, pauses, storage
+from django_jobqueue import enqueue_job, storage
 from django_jobqueue.models import Job, JobStat, JobStatus, Worker
-from django_jobqueue.pauses import paused_queues
+from django_jobqueue.store import pauses
+from django_jobqueue.store.pauses import paused_queues
+from django_jobqueue.store.workerstats import BUCKET_FIELDS, gone_workers, live_workers
 from django_jobqueue.worker.housekeeping import package_version
-from django_jobqueue.workerstats import BUCKET_FIELDS, gone_workers, live_workers
 from tests.testapp.models import RunRecord
 from tests.worker.test_batches import STATEMENTS
 from tests.workers_helpers import run_workers

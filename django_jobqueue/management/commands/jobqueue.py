@@ -2,7 +2,7 @@
 token).
 
 The command only parses and wires: the work is in :mod:`django_jobqueue.maintenance`
-(shared with the admin's actions) and :mod:`django_jobqueue.licence`.
+(shared with the admin's actions) and :mod:`django_jobqueue.store.licence`.
 
 Adding a subcommand is one function decorated with :func:`subcommand`; its
 ``arguments`` callable adds its options::
@@ -29,15 +29,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from django_jobqueue import maintenance, schedules
-from django_jobqueue.conf import get_config
-from django_jobqueue.durations import parse_duration
+from django_jobqueue.core.conf import get_config
+from django_jobqueue.core.durations import parse_duration
+from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.enqueue import jobs_database
-from django_jobqueue.exceptions import InvalidOption
-from django_jobqueue.licence import current_licence, describe_licence
 from django_jobqueue.management import pausing, tokens
 from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, ScheduleJob, Worker
-from django_jobqueue.pauses import paused_queues
-from django_jobqueue.workerstats import live_workers
+from django_jobqueue.store.licence import current_licence, describe_licence
+from django_jobqueue.store.pauses import paused_queues
+from django_jobqueue.store.workerstats import live_workers
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import IO, Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...conf import get_config
-from ...exceptions import ImproperlyConfiguredJobQueue
+from ...core.conf import get_config
+from ...core.exceptions import ImproperlyConfiguredJobQueue
 from ...worker.foreman import Foreman, ForemanOptions
 from ...worker.logsetup import runworkers_logging
 from ...worker.supervisor import Supervisor

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django_jobqueue import job
-from django_jobqueue.exceptions import ImproperlyConfiguredJobQueue
+from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue
 
 
 @job("tasks_test.plain")
@@ -20,12 +20,12 @@ def plain(payload: Any, ctx: Any) -> Any:
 
 
 try:
-    from django_jobqueue.compat import task
+    from django_jobqueue.core.compat import task
 except ImproperlyConfiguredJobQueue:  # Django 5.2 without the backport
     task = None
 
 if task is not None:
-    from django_jobqueue.exceptions import NonRetryableError
+    from django_jobqueue.core.exceptions import NonRetryableError
     from django_jobqueue.tasks import task_options
 
     @task

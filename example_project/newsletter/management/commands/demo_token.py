@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from django_jobqueue.apitokens import authenticate, issue_token, revoke_token
+from django_jobqueue.store.apitokens import authenticate, issue_token, revoke_token
 
 #: The name of the demo's token (``manage.py jobqueue token list`` shows it).
 NAME = "demo"

@@ -21,9 +21,9 @@ from typing import Any
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from .conf import get_config
-from .durations import parse_duration, to_ms
-from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption, UnknownJobType
+from ..core.conf import get_config
+from ..core.durations import parse_duration, to_ms
+from ..core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption, UnknownJobType
 
 __all__ = [
     "UNSET",

@@ -43,11 +43,11 @@ from typing import Any
 from django.db import DatabaseError, OperationalError, connections, transaction
 from django.db.models import Q
 
-from .conf import get_config
-from .dbclock import Now
-from .exceptions import InvalidOption
-from .models import DURATION_BUCKETS_MS, JobStat, Worker
-from .reconnect import is_disconnect
+from ..core.conf import get_config
+from ..core.dbclock import Now
+from ..core.exceptions import InvalidOption
+from ..core.reconnect import is_disconnect
+from ..models import DURATION_BUCKETS_MS, JobStat, Worker
 
 __all__ = [
     "BUCKET_FIELDS",
@@ -542,7 +542,7 @@ def count_deduplicated(specs: Sequence[Any], answers: Sequence[Any]) -> None:
     ----------
     specs
         The jobs asked for, each with ``using``, ``queue`` and ``job_type`` (a
-        :class:`~django_jobqueue.managers.JobSpec`).
+        :class:`~django_jobqueue.store.managers.JobSpec`).
     answers
         One per spec, in order: an ``EnqueueResult`` (counted when its status is
         ``deduplicated``) or the bool of ``Queue.add`` (counted when False).

@@ -248,7 +248,7 @@ def check_batch(items: Any, what: str) -> Iterable[Any]:
 
 
 def check_delay(delay: Any) -> timedelta:
-    """Parse ``delay`` (see :func:`~django_jobqueue.durations.parse_duration`), bounded.
+    """Parse ``delay`` (see :func:`~django_jobqueue.core.durations.parse_duration`), bounded.
 
     Raises
     ------

@@ -5,7 +5,7 @@ The cache is cleared when ``JOBQUEUE`` changes (``override_settings`` works).
 
 Every duration either carries its unit in its name (``LEASE_MS``: milliseconds) or,
 without one (``KEEP``, ``DEDUPE``, ``RETENTION``), takes any value that
-:func:`django_jobqueue.durations.parse_duration` accepts.
+:func:`django_jobqueue.core.durations.parse_duration` accepts.
 """
 
 from __future__ import annotations

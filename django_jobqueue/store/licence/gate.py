@@ -19,8 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from ..conf import get_config
-from ..exceptions import ProRequired
+from ...core.conf import get_config
+from ...core.exceptions import ProRequired
 from .keys import load_public_key, shipped_public_keys
 from .token import DecodedToken, Licence, LicenceStatus, decode_token, judge_token
 
@@ -74,7 +74,7 @@ def current_licence() -> Licence:
     Raises
     ------
     ImproperlyConfiguredJobQueue
-        If the ``JOBQUEUE`` setting itself is invalid (see ``django_jobqueue.conf``).
+        If the ``JOBQUEUE`` setting itself is invalid (see ``django_jobqueue.core.conf``).
 
     Implements: seed 000, "Pro" gate / issue 5 item 4.
     """

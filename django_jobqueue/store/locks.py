@@ -48,8 +48,8 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, OperationalError, connections, transaction
 
-from .conf import get_config
-from .exceptions import LockTimeout
+from ..core.conf import get_config
+from ..core.exceptions import LockTimeout
 
 T = TypeVar("T")
 

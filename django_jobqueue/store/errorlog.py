@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 if TYPE_CHECKING:
-    from .models import Job
+    from ..models import Job
 
 __all__ = ["describe", "error_entry", "escaped"]
 

@@ -18,8 +18,8 @@ import time
 
 from django.db import IntegrityError, transaction
 
-from .exceptions import InvalidOption
-from .models import QueuePause
+from ..core.exceptions import InvalidOption
+from ..models import QueuePause
 
 __all__ = ["CACHE_SECONDS", "clear_cache", "pause_queue", "paused_queues", "resume_queue"]
 

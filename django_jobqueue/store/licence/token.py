@@ -1,7 +1,7 @@
 """The licence token: its claims and verdict, issuing it and verifying it offline.
 
 A token is ``jq1.<base64url(claims JSON)>.<base64url(signature)>``, signed with
-Ed25519 (see :mod:`django_jobqueue.licence` for the format). Pure: nothing here reads
+Ed25519 (see :mod:`django_jobqueue.store.licence` for the format). Pure: nothing here reads
 Django settings or makes a network call.
 """
 

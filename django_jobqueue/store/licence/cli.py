@@ -1,4 +1,4 @@
-"""``python -m django_jobqueue.licence``: make signing keys, issue and verify licence keys.
+"""``python -m django_jobqueue.store.licence``: make signing keys, issue and verify licence keys.
 
 Needs no Django settings and makes no network call; see ``docs/licence.md``.
 """
@@ -86,7 +86,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``python -m django_jobqueue.licence``: ``keygen``, ``issue`` or ``verify``.
+    """Run ``python -m django_jobqueue.store.licence``: ``keygen``, ``issue`` or ``verify``.
 
     Needs no Django settings and makes no network call.
 
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Implements: seed 000, "Pro" gate / issue 5 item 4.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m django_jobqueue.licence",
+        prog="python -m django_jobqueue.store.licence",
         description="Make signing keys, issue and verify django-jobqueue licence keys.",
     )
     commands = parser.add_subparsers(dest="command", required=True)

@@ -14,7 +14,7 @@ import threading
 
 from django.db import DatabaseError, connections, transaction
 
-from .conf import get_config
+from ..core.conf import get_config
 
 __all__ = ["CHANNEL", "local_event", "notify_on_commit"]
 

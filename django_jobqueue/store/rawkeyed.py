@@ -1,9 +1,9 @@
 """PostgreSQL's keyed insert: creation locks tried, row inserted and holders read, in one statement.
 
 For a job with a seed 002 id or a unique key (seed 000), the plain enqueue's raw
-insert (:mod:`django_jobqueue.rawinsert`) inside seed 004's lock protocol, as one
+insert (:mod:`django_jobqueue.store.rawinsert`) inside seed 004's lock protocol, as one
 round trip: :func:`insert_unless_held`. The managers call it first and fall back to
-their locked path (:mod:`django_jobqueue.locks`) whenever it cannot decide.
+their locked path (:mod:`django_jobqueue.store.locks`) whenever it cannot decide.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 from django.db import connections
 
-from . import prepared
+from ..core import prepared
+from ..core.validation import hold_hash
 from .rawinsert import Row, insert_plan, wake_local, wakes_by_notify
-from .validation import hold_hash
 from .wakeups import CHANNEL
 
 __all__ = ["insert_unless_held"]
@@ -31,7 +31,7 @@ def insert_unless_held(
     are held). Once they are all held, ``row`` is inserted unless a row already
     carries the id's or the key's hash in its queue: the unique indexes over
     (queue, hash) decide (``ON CONFLICT DO NOTHING``), the last line of
-    :mod:`django_jobqueue.locks` and here the only one on the common path, so an
+    :mod:`django_jobqueue.store.locks` and here the only one on the common path, so an
     add without a holder reads nothing. Only when nothing was inserted does the
     statement read the rows holding the hashes (live or stale holds), from its
     snapshot: a holder committed while the locks were tried is not among them, and
@@ -42,7 +42,7 @@ def insert_unless_held(
     row:
         The job, with an id or a unique key or both.
     lock_keys:
-        :func:`django_jobqueue.locks.lock_key` of its lock names, in the names' order.
+        :func:`django_jobqueue.store.locks.lock_key` of its lock names, in the names' order.
     wake:
         Whether a ``pg_notify`` of its queue rides the insert (a due job).
 

@@ -20,7 +20,7 @@ its key until the TTL (seed 000).
 
 The TTL is clamped to 1 s .. 7 days (default 1 hour). The hold itself is the row's
 ``unique_key_hash`` (see :mod:`django_jobqueue.models`); the manager's create path
-checks and takes it (:meth:`django_jobqueue.managers.JobManager.create_job`), and
+checks and takes it (:meth:`django_jobqueue.store.managers.JobManager.create_job`), and
 :mod:`django_jobqueue.storage` ends it at the release points below.
 """
 
@@ -30,9 +30,9 @@ from typing import Any
 
 from django.db.models import Case, F, Value, When
 
-from .exceptions import InvalidOption, InvalidRequest
+from ..core.exceptions import InvalidOption, InvalidRequest
+from ..core.validation import check_text
 from .licence import require_pro
-from .validation import check_text
 
 __all__ = [
     "MODES",

@@ -3,19 +3,19 @@
 ``Job.objects`` is a :class:`JobManager`: :meth:`JobManager.create_job` inserts a
 validated :class:`JobSpec` (built by :func:`django_jobqueue.enqueue.build_job`) in
 the caller's transaction on the jobs' database. A job with an id or a unique key is
-created under :func:`django_jobqueue.locks.creation_lock`:
+created under :func:`django_jobqueue.store.locks.creation_lock`:
 
 1. a cheap pre-check, without locks (seed 004 CheckDuplicateJob);
 2. the locks of its (queue, id) and (queue, unique key), in sorted order;
 3. a re-check of the holders, clearing any stale hold (an id past ``dedupe``/``keep``,
    a unique key past its TTL);
-4. the insert (:mod:`django_jobqueue.rawinsert`, one raw statement). The unique
+4. the insert (:mod:`django_jobqueue.store.rawinsert`, one raw statement). The unique
    indexes over (queue, hash) are the last line: an insert that loses a race the
    locks let through (MySQL, caller's transaction held open) fails there and is
    answered as the duplicate it is.
 
 On PostgreSQL steps 1 to 4 are first tried as one statement
-(:func:`~django_jobqueue.rawkeyed.insert_unless_held`): the locks tried without a
+(:func:`~django_jobqueue.store.rawkeyed.insert_unless_held`): the locks tried without a
 wait, the holders read, the row inserted when there is none. Only a lock another
 creator holds, or a stale hold to clear, takes the path above.
 
@@ -24,7 +24,7 @@ A due job then wakes idle workers once the transaction commits: on PostgreSQL it
 
 Django's own ``create()``, ``bulk_create()``, ``get_or_create()`` and
 ``update_or_create()`` would make a job with none of that: on jobs they raise
-:class:`~django_jobqueue.exceptions.DirectCreateRefused`, which names
+:class:`~django_jobqueue.core.exceptions.DirectCreateRefused`, which names
 ``enqueue_job``. ``ScheduleJob.objects`` is a :class:`ScheduleJobManager`: plan
 creation and the guarded advance of a plan to its next tick.
 """
@@ -40,13 +40,13 @@ from typing import Any, NoReturn, TypeVar
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
+from ..core.conf import get_config
+from ..core.dbclock import Now
+from ..core.exceptions import DirectCreateRefused, DuplicateJob, WrongDatabase
+from ..core.validation import hold_hash
 from . import locks
-from .conf import get_config
-from .dbclock import Now
-from .exceptions import DirectCreateRefused, DuplicateJob, WrongDatabase
 from .rawinsert import Row, insert_rows, new_jids
 from .rawkeyed import insert_unless_held
-from .validation import hold_hash
 
 __all__ = [
     "CreateRefusingQuerySet",
@@ -116,14 +116,14 @@ class JobSpec:
     unique_key: str | None
     unique_mode: str
     unique_ttl_ms: int
-    #: The payload's JSON text, as checked (:func:`~django_jobqueue.validation.json_text`):
+    #: The payload's JSON text, as checked (:func:`~django_jobqueue.core.validation.json_text`):
     #: the many-row insert sends it rather than encoding the payload again. Not an
     #: ``__init__`` argument, so ``dataclasses.replace`` (a new payload) drops it.
     payload_json: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def with_payload(self, payload: Any, payload_json: str) -> JobSpec:
         """Return this spec with another payload, already checked (``payload_json`` is
-        its :func:`~django_jobqueue.validation.json_text`).
+        its :func:`~django_jobqueue.core.validation.json_text`).
 
         For :func:`~django_jobqueue.enqueue.enqueue_many`, which validates a batch's
         repeated options once: a copy of the fields, not the frozen ``__init__``.
@@ -297,7 +297,7 @@ class JobManager(models.Manager[_M]):
 
         For :meth:`django_jobqueue.ids.Queue.add`: the lock of (queue, id) tried
         without a wait, the holder read and the row inserted in one statement
-        (:func:`~django_jobqueue.rawkeyed.insert_unless_held`); inside the caller's
+        (:func:`~django_jobqueue.store.rawkeyed.insert_unless_held`); inside the caller's
         transaction, in a savepoint that a holder rolls back, so the lock is freed.
 
         Returns

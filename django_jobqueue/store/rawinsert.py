@@ -1,8 +1,8 @@
 """The insert of jobs as raw SQL: one statement per job or per chunk, no ORM compilation.
 
-:class:`~django_jobqueue.managers.JobManager` writes every job through here. The
+:class:`~django_jobqueue.store.managers.JobManager` writes every job through here. The
 statement goes through Django's own connection (on PostgreSQL a cursor that
-prepares it: :mod:`django_jobqueue.prepared`), so it joins the caller's
+prepares it: :mod:`django_jobqueue.core.prepared`), so it joins the caller's
 transaction, shows in ``CaptureQueriesContext`` and passes Django's execute
 wrappers; what does not change between calls (the column list, the SQL of a
 row of each shape, the prepared defaults) is computed once per alias and vendor.
@@ -12,7 +12,7 @@ The row is the one the ORM writes (``Model.save(force_insert=True)`` of
 gets its field's default prepared by the field itself (``get_db_prep_save``: JSON
 as Django's ``JSONField`` stores it, booleans as the driver sends them); the
 payload and an ``at`` datetime are prepared by their fields on each call; the times
-are the database clock of :mod:`django_jobqueue.dbclock`, one instant per
+are the database clock of :mod:`django_jobqueue.core.dbclock`, one instant per
 statement (``STATEMENT_TIMESTAMP()``, ``CURRENT_TIMESTAMP(6)``, and on SQLite
 ``django_jobqueue_now(n)`` with one fresh ``n`` per statement), and ``now + delay``
 is rendered as Django renders ``Now() + timedelta`` on each vendor.
@@ -22,7 +22,7 @@ Wake-ups. On PostgreSQL the ``pg_notify`` of a due job rides the insert itself
 delivers a NOTIFY only when its transaction commits, so one statement in
 autocommit, or the caller's transaction, gives the same guarantee as
 ``on_commit`` (a rollback sends nothing) without a second statement. The
-in-process :data:`~django_jobqueue.wakeups.local_event` is set from
+in-process :data:`~django_jobqueue.store.wakeups.local_event` is set from
 ``transaction.on_commit``.
 """
 
@@ -40,9 +40,9 @@ from django.apps import apps
 from django.db import connections, transaction
 from django.utils.duration import duration_microseconds
 
-from . import dbclock, prepared
-from .conf import get_config
-from .validation import hold_hash
+from ..core import dbclock, prepared
+from ..core.conf import get_config
+from ..core.validation import hold_hash
 from .wakeups import CHANNEL, local_event
 
 __all__ = [
@@ -324,7 +324,7 @@ def wakes_by_notify(using: str, conn: Any = None) -> bool:
 
 
 def wake_local(using: str, conn: Any = None) -> None:
-    """Set :data:`~django_jobqueue.wakeups.local_event` once ``using``'s transaction
+    """Set :data:`~django_jobqueue.store.wakeups.local_event` once ``using``'s transaction
     commits; ``conn``: its connection, when the caller has it."""
     if _connection(using, conn).in_atomic_block:
         transaction.on_commit(local_event.set, using=using)

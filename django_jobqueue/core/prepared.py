@@ -4,7 +4,7 @@ Django's psycopg 3 cursors bind parameters on the client and never prepare, so
 PostgreSQL parses and plans each statement anew. For the statements a queue runs
 thousands of times a second that planning costs more than running them: a plain
 insert of a job plans in about 0.15 ms and runs in less, and the id and unique-key
-insert (:func:`django_jobqueue.rawkeyed.insert_unless_held`) plans in about
+insert (:func:`django_jobqueue.store.rawkeyed.insert_unless_held`) plans in about
 0.8 ms. :func:`cursor` gives these statements a server-binding cursor that prepares
 each one on its first run on a connection and reuses the plan after that (psycopg
 keeps up to ``prepared_max``, 100 by default, per connection).
