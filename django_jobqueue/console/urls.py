@@ -1,4 +1,9 @@
-"""Console URLs: ``path("console/", include("django_jobqueue.console.urls"))``."""
+"""Console URLs: ``path("console/", include("django_jobqueue.console.urls"))``.
+
+A queue or schedule name is matched with the ``path`` converter: every stored name
+reverses and resolves, including one with ``/`` stored before the queue-name rule
+(docs/gateway.md "Queue names") refused it; ``reverse`` percent-encodes the rest.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +19,10 @@ urlpatterns = [
     path("jobs/selection/", actions.selection, name="selection"),
     path("jobs/<str:jid>/", views.job_detail, name="job"),
     path("jobs/<str:jid>/<str:action>/", actions.job_action, name="job_action"),
-    path("queues/<str:queue>/<str:action>/", actions.queue_action, name="queue_action"),
+    path("queues/<path:queue>/<str:action>/", actions.queue_action, name="queue_action"),
     path("workers/", views.workers, name="workers"),
     path("schedules/", views.schedules, name="schedules"),
-    path("schedules/<str:name>/<str:action>/", actions.schedule_action, name="schedule_action"),
+    path("schedules/<path:name>/<str:action>/", actions.schedule_action, name="schedule_action"),
     path("pro/locks/", pro.locks, name="locks"),
     path("pro/locks/<str:jid>/release/", pro.release_lock, name="release_lock"),
     path("pro/dedupe/", pro.dedupe, name="dedupe"),

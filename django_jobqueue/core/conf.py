@@ -22,6 +22,7 @@ from django.dispatch import receiver
 
 from .durations import parse_duration
 from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption
+from .validation import QUEUE_NAME_RULE, queue_name_problem
 
 __all__ = [
     "DEFAULTS",
@@ -286,7 +287,16 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
     defaults = QueueOptions(
         dedupe=durations.get("DEDUPE"), keep=durations.get("KEEP") or timedelta(0)
     )
+    if isinstance(values["DEFAULT_QUEUE"], str) and (
+        problem := queue_name_problem(values["DEFAULT_QUEUE"])
+    ):
+        errors.append(
+            f"JOBQUEUE['DEFAULT_QUEUE'] {values['DEFAULT_QUEUE']!r} {problem}: {QUEUE_NAME_RULE}."
+        )
     for name, options in values["QUEUES"].items():
+        if (problem := queue_name_problem(name)) is not None:
+            errors.append(f"JOBQUEUE['QUEUES'] key {name!r} {problem}: {QUEUE_NAME_RULE}.")
+            continue
         if not isinstance(options, Mapping) or set(options) - _QUEUE_OPTION_KEYS:
             errors.append(
                 f"JOBQUEUE['QUEUES'][{name!r}] must be a dict with keys among "

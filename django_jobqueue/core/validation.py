@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -35,6 +36,8 @@ __all__ = [
     "check_result_size",
     "json_size",
     "check_queue",
+    "QUEUE_NAME_RULE",
+    "queue_name_problem",
     "check_text",
     "hold_hash",
     "text_problem",
@@ -89,20 +92,52 @@ def check_text(value: Any, what: str) -> str:
     return value
 
 
+#: The rule of a queue name, as every error about one says it. See docs/gateway.md
+#: "Queue names": a name must survive as one URL path segment of the console and the
+#: gateway, and a proxy or client decodes ``%2F`` to ``/`` and drops ``.`` and ``..``.
+QUEUE_NAME_RULE = (
+    "a queue name is 1 to 100 characters, with no '/', no '\\', no control character "
+    "(U+0000 to U+001F, U+007F), no lone surrogate, and is not '.' or '..'"
+)
+
+#: The characters a queue name may not contain: path separators and control characters.
+_QUEUE_REFUSED = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def queue_name_problem(queue: Any) -> str | None:
+    """Say why ``queue`` breaks :data:`QUEUE_NAME_RULE`, else None.
+
+    Returns
+    -------
+    str or None
+        A short reason (``"contains '/'"``), or None when ``queue`` is a queue name.
+    """
+    if not isinstance(queue, str):
+        return f"is a {type(queue).__name__}, not a string"
+    if not 0 < len(queue) <= 100:
+        return f"is {len(queue)} characters long"
+    found = _QUEUE_REFUSED.search(queue)
+    if found is not None:
+        return f"contains {found.group()!r}"
+    if queue in {".", ".."}:
+        return f"is {queue!r}"
+    return text_problem(queue)
+
+
 def check_queue(queue: Any) -> str:
-    """Return ``queue`` if it is a queue name every database stores, else raise.
+    """Return ``queue`` if it keeps :data:`QUEUE_NAME_RULE`, else raise.
+
+    The one rule of every entry point of a queue name: the Python API, the gateway,
+    ``django.tasks`` and the settings.
 
     Raises
     ------
     InvalidOption
-        If ``queue`` is not a string of 1 to 100 characters without NUL or lone
-        surrogates.
+        If ``queue`` breaks the rule; the message says how and states the rule.
     """
-    if not isinstance(queue, str) or not 0 < len(queue) <= 100:
-        raise InvalidOption(f"queue must be a name of 1 to 100 characters: got {queue!r}.")
-    problem = text_problem(queue)
+    problem = queue_name_problem(queue)
     if problem is not None:
-        raise InvalidOption(f"The queue name {problem}: got {queue!r}; remove that character.")
+        raise InvalidOption(f"The queue name {queue!r} {problem}: {QUEUE_NAME_RULE}.")
     return queue
 
 

@@ -161,6 +161,16 @@ def install_handlers(api: NinjaAPI) -> None:
 
     def validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         first = exc.errors[0] if exc.errors else {}
+        if not request.body and any(
+            tuple(error.get("loc", ()))[:1] == ("body",) for error in exc.errors
+        ):
+            # django-ninja skips the parser for an empty body; a route that needs one
+            # answers as for any other body that is not JSON.
+            return respond(
+                api,
+                request,
+                GatewayError("not_json", "The request body is empty; send JSON.", field="body"),
+            )
         field, in_body, index = _field_of_loc(first.get("loc", ()))
         extra: dict[str, Any] = {"reason": "invalid_request"}
         if index is not None:

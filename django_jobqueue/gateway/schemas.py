@@ -24,7 +24,7 @@ from pydantic import (
     field_validator,
 )
 
-from ..core.validation import text_problem
+from ..core.validation import QUEUE_NAME_RULE, queue_name_problem, text_problem
 
 __all__ = [
     "ERRORS",
@@ -76,10 +76,18 @@ def _storable(value: str) -> str:
     return value
 
 
+def _queue_name(value: str) -> str:
+    """Refuse a name that breaks the queue-name rule (docs/gateway.md "Queue names")."""
+    problem = queue_name_problem(value)
+    if problem is not None:
+        raise ValueError(f"{problem}: {QUEUE_NAME_RULE}")
+    return value
+
+
 #: Text that every database stores as given.
 Storable = AfterValidator(_storable)
 Name = Annotated[StrictStr, Field(min_length=1, max_length=200), Storable]
-QueueName = Annotated[StrictStr, Field(min_length=1, max_length=100), Storable]
+QueueName = Annotated[StrictStr, Field(min_length=1, max_length=100), AfterValidator(_queue_name)]
 Text = Annotated[StrictStr, Field(min_length=1, max_length=1024), Storable]
 
 

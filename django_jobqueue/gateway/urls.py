@@ -13,6 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.urls import URLPattern, re_path
+from django.views.decorators.csrf import csrf_exempt
 
 from .api import api
 from .errors import GatewayError
@@ -20,8 +21,13 @@ from .errors import GatewayError
 __all__ = ["urlpatterns"]
 
 
+@csrf_exempt
 def not_found(request: HttpRequest) -> JsonResponse:
-    """Answer a path the gateway does not have."""
+    """Answer a path the gateway does not have, whatever the method.
+
+    CSRF-exempt: the gateway authenticates by bearer token, never by cookie, so
+    a POST to an unknown path gets this JSON 404, not Django's HTML 403 page.
+    """
     return JsonResponse(
         {"error": "not_found", "detail": "No such route; see openapi.json.", "field": None},
         status=404,
@@ -69,8 +75,16 @@ def _with_json_405(pattern: Any) -> Any:
     )
 
 
+def _gateway_pattern(pattern: Any) -> Any:
+    if isinstance(pattern, URLPattern) and pattern.name == "api-root":
+        # django-ninja's root page is an HTML 404 without docs; the name stays, as
+        # the OpenAPI document reverses it for the mount's prefix.
+        return URLPattern(pattern.pattern, not_found, pattern.default_args, pattern.name)
+    return _with_json_405(pattern)
+
+
 urlpatterns = [
-    *(_with_json_405(pattern) for pattern in api.urls[0]),
+    *(_gateway_pattern(pattern) for pattern in api.urls[0]),
     re_path(r"", not_found),
 ]
 app_name = api.urls_namespace

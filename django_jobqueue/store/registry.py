@@ -24,6 +24,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from ..core.conf import get_config
 from ..core.durations import parse_duration, to_ms
 from ..core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption, UnknownJobType
+from ..core.validation import QUEUE_NAME_RULE, queue_name_problem
 
 __all__ = [
     "UNSET",
@@ -121,8 +122,9 @@ def validate(desc: JobDescription) -> JobDescription:
     ------
     ImproperlyConfiguredJobQueue
         If the name is not 1 to 200 characters, the handler is not callable, an
-        integer option is below its minimum, the queue name is not 1 to 100
-        characters, or a plan option has the wrong type.
+        integer option is below its minimum, the queue name breaks
+        :data:`~django_jobqueue.core.validation.QUEUE_NAME_RULE`, or a plan option has
+        the wrong type.
     """
     name = desc.name
     if not isinstance(name, str) or not name or len(name) > 200:
@@ -139,11 +141,9 @@ def validate(desc: JobDescription) -> JobDescription:
             raise ImproperlyConfiguredJobQueue(
                 f"Job type {name!r}: {option} must be an integer >= {minimum}: got {value!r}."
             )
-    if desc.queue is not None and (
-        not isinstance(desc.queue, str) or not 0 < len(desc.queue) <= 100
-    ):
+    if desc.queue is not None and (problem := queue_name_problem(desc.queue)) is not None:
         raise ImproperlyConfiguredJobQueue(
-            f"Job type {name!r}: queue must be a name of 1 to 100 characters: got {desc.queue!r}."
+            f"Job type {name!r}: the queue name {desc.queue!r} {problem}: {QUEUE_NAME_RULE}."
         )
     if desc.cron is not None and (not isinstance(desc.cron, str) or not desc.cron):
         raise ImproperlyConfiguredJobQueue(

@@ -21,7 +21,7 @@ from ..core.compat import (
     task_enqueued,
 )
 from ..core.exceptions import ImproperlyConfiguredJobQueue
-from ..core.validation import text_problem
+from ..core.validation import QUEUE_NAME_RULE, queue_name_problem, text_problem
 from .options import BACKEND_KEYS, OPTIONS_ATTRIBUTE, parse_options
 from .results import task_priority_to_job_priority, task_result_from_job
 
@@ -97,6 +97,9 @@ class JobQueueBackend(BaseTaskBackend):
     def validate_task(self, task: Any) -> None:
         """Check ``task`` as Django does, and that its path fits a job type (200 chars)."""
         super().validate_task(task)
+        problem = queue_name_problem(task.queue_name)
+        if problem is not None:
+            raise InvalidTask(f"Task queue_name {task.queue_name!r} {problem}: {QUEUE_NAME_RULE}.")
         if len(task.module_path) > 200:
             raise InvalidTask(
                 f"Task path {task.module_path!r} is longer than 200 characters, the longest "
