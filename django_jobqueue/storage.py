@@ -540,7 +540,21 @@ def reap_expired(using: str, *, limit: int = 100) -> int:
     A job whose worker died (SIGKILL, OOM, power loss) is taken back once its lease
     expires: ``retry``, due now, if it has retries left, else ``max_retry`` with the
     message "lease expired". Delivery is at least once.
+
+    Bounded per statement, not per call: it reads at most ``limit`` expired jobs at a
+    time and loops until a batch takes none back, so one call recovers a whole fleet
+    of dead workers' jobs. A batch that takes none back ends it even if it read some:
+    their leases moved (a heartbeat) or another reaper took them, and that reaper
+    loops on.
     """
+    total = 0
+    while reaped := _reap_batch(using, limit):
+        total += reaped
+    return total
+
+
+def _reap_batch(using: str, limit: int) -> int:
+    """Take back at most ``limit`` jobs whose lease expired; return how many."""
     expired = reconnect.retry_on_disconnect(
         using,
         lambda: list(Job.objects.using(using).lease_expired().order_by("lease_expires_at")[:limit]),
