@@ -334,6 +334,16 @@ class Worker(models.Model):
     failed = models.PositiveBigIntegerField(_("jobs failed"), default=0)
     #: When it stopped cleanly (its last beat); a stopped worker is gone at once.
     stopped_at = models.DateTimeField(_("stopped at"), null=True, blank=True)
+    #: The gateway token that registered it: the name is that token's (docs/gateway.md
+    #: "Worker names"). None: a ``runworkers`` foreman, or its token was deleted.
+    owner_token = models.ForeignKey(
+        "ApiToken",
+        verbose_name=_("registered by token"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
 
     class Meta:
         verbose_name = _("worker")

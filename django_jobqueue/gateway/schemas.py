@@ -272,9 +272,13 @@ class PageOut(Schema):
 
 
 class RegisterIn(_In):
-    """A gateway worker's registration (the console's worker list shows it)."""
+    """A gateway worker's registration (the console's worker list shows it).
 
-    name: Name
+    ``name``: the worker's name, the registering token's from then on; None: the
+    gateway makes one (the answer's ``name``).
+    """
+
+    name: Name | None = None
     host: Annotated[StrictStr, Field(max_length=255)] = ""
     pid: Annotated[int, Field(strict=True, ge=0, le=_MAX_INT)] | None = None
     languages: list[Annotated[StrictStr, Field(max_length=50), Storable]] = Field([], max_length=20)

@@ -37,11 +37,11 @@ from ..core.dbclock import Now
 from ..core.exceptions import JobQueueError
 from ..core.signals import job_finished, job_started
 from ..enqueue import jobs_database
-from ..models import Job, JobStatus, Worker
+from ..models import ApiToken, Job, JobStatus, Worker
 from ..store import workerstats
 from ..store.registry import registered_job_types
 from ..worker.executor import expire_if_due
-from . import waiting
+from . import identity, waiting
 from .auth import require
 from .errors import GatewayError, from_jobqueue_error
 from .jobs import find_job
@@ -135,6 +135,13 @@ def _claimed(job: Job) -> dict[str, Any]:
     }
 
 
+def _check_worker_name(using: str, token: ApiToken, name: str) -> None:
+    """403 if worker ``name`` is registered and ``token`` may not act as it."""
+    row = Worker.objects.using(using).select_related("owner_token").filter(name=name).first()
+    if row is not None:
+        identity.check_may_act(token, row)
+
+
 def _seen(using: str, name: str, **changes: Any) -> None:
     Worker.objects.using(using).filter(name=name).update(last_seen_at=Now(), **changes)
 
@@ -146,12 +153,17 @@ def _seen(using: str, name: str, **changes: Any) -> None:
     operation_id="worker_register",
 )
 def register(request: HttpRequest, body: RegisterIn) -> Any:
-    """Store (or refresh) the worker under its name; answer the lease and heartbeat."""
-    require(request, "work", body.queues)
-    workerstats.register_worker(
+    """Store (or refresh) the worker under its name; answer the lease and heartbeat.
+
+    The name is the token's from then on (:mod:`.identity`); no name: one is made.
+    403 for a name another token registered, unless this one is an admin over it.
+    """
+    token = require(request, "work", body.queues)
+    name = body.name or identity.generated_name(token)
+    identity.register_owned(
         jobs_database(),
-        body.name,
-        kind="gateway",
+        token,
+        name,
         host=body.host,
         pid=body.pid,
         queues=body.queues,
@@ -162,7 +174,7 @@ def register(request: HttpRequest, body: RegisterIn) -> Any:
     )
     config = get_config()
     return {
-        "name": body.name,
+        "name": name,
         "lease_ms": config.LEASE_MS,
         "heartbeat_ms": config.HEARTBEAT_MS,
         "max_wait_ms": MAX_WAIT_MS,
@@ -178,12 +190,18 @@ def register(request: HttpRequest, body: RegisterIn) -> Any:
 def stop(request: HttpRequest, body: StopIn) -> Any:
     """Mark the gateway worker ``name`` stopped now; its counters stay. 404 for a name
     no gateway worker registered (a ``runworkers`` row is not stopped over HTTP)."""
-    require(request, "work")  # the scope first: no name is confirmed to a token without it
+    token = require(request, "work")  # the scope first: no name is confirmed without it
     using = jobs_database()
-    row = Worker.objects.using(using).filter(name=body.name, kind="gateway").first()
+    row = (
+        Worker.objects.using(using)
+        .select_related("owner_token")
+        .filter(name=body.name, kind="gateway")
+        .first()
+    )
     if row is None:
         raise GatewayError("not_found", f"No gateway worker is registered as {body.name!r}.")
     require(request, "work", row.queues)
+    identity.check_may_act(token, row)
     stopped = workerstats.stop_worker(using, body.name, kind="gateway")
     return {"name": body.name, "stopped": stopped}
 
@@ -202,6 +220,8 @@ def claim(request: HttpRequest, body: ClaimIn) -> Any:
     """
     token = require(request, "work", body.queues)
     using = jobs_database()
+    if body.worker:
+        _check_worker_name(using, token, body.worker)
     owner = (OWNER_MARK + (body.worker or token.name))[:200]
     _reap_now_and_then(using)
     deadline = time.monotonic() + body.wait_ms / 1000

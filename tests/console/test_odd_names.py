@@ -96,7 +96,10 @@ def test_admin_pages_never_answer_5xx(root, odd_rows):
             _get(root, changelist, queue=name)
             _get(root, changelist, queue__exact=name)
     for job in odd_rows:
-        assert _get(root, reverse("admin:django_jobqueue_job_change", args=[job.pk])).status_code == 200
+        assert (
+            _get(root, reverse("admin:django_jobqueue_job_change", args=[job.pk])).status_code
+            == 200
+        )
     for plan in ScheduleJob.objects.all():
         url = reverse("admin:django_jobqueue_schedulejob_change", args=[plan.pk])
         assert _get(root, url).status_code == 200
