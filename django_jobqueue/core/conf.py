@@ -107,11 +107,21 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
     "RATE_PER_MINUTE": 0,
     # How often a waiting claim polls when no wake-up comes (ms).
     "CLAIM_POLL_MS": 500,
+    # Most claims that wait at once per process under WSGI, where each holds a thread:
+    # keep it below the thread count (gunicorn --threads) so producers get a thread.
+    # A claim over it answers at once with no jobs and Retry-After. Not used under ASGI.
+    "MAX_WAITING_CLAIMS": 2,
     # Job types run by gateway workers in other languages, which have no Python
     # handler: {"pdf.render": {"queue": "node", "max_retry": 5, "timeout": "2m"}}.
     "JOB_TYPES": {},
 }
-_GATEWAY_INT_KEYS = {"MAX_BATCH": 1, "MAX_BODY_BYTES": 1, "RATE_PER_MINUTE": 0, "CLAIM_POLL_MS": 10}
+_GATEWAY_INT_KEYS = {
+    "MAX_BATCH": 1,
+    "MAX_BODY_BYTES": 1,
+    "RATE_PER_MINUTE": 0,
+    "CLAIM_POLL_MS": 10,
+    "MAX_WAITING_CLAIMS": 0,
+}
 
 _INT_KEYS = {
     "CONCURRENCY": 1,
@@ -153,6 +163,7 @@ class GatewaySettings:
     MAX_BODY_BYTES: int
     RATE_PER_MINUTE: int
     CLAIM_POLL_MS: int
+    MAX_WAITING_CLAIMS: int
     JOB_TYPES: Mapping[str, Mapping[str, Any]]
 
 
@@ -188,6 +199,7 @@ def _parse_gateway(raw: Any, errors: list[str]) -> GatewaySettings:
         MAX_BODY_BYTES=values["MAX_BODY_BYTES"],
         RATE_PER_MINUTE=values["RATE_PER_MINUTE"],
         CLAIM_POLL_MS=values["CLAIM_POLL_MS"],
+        MAX_WAITING_CLAIMS=values["MAX_WAITING_CLAIMS"],
         JOB_TYPES=dict(job_types),
     )
 

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.urls import URLPattern, re_path
 from django.views.decorators.csrf import csrf_exempt
@@ -34,7 +35,7 @@ def not_found(request: HttpRequest) -> JsonResponse:
     )
 
 
-def json_not_allowed(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+def json_not_allowed(view: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap ``view`` so that its ``405`` answer is the gateway's JSON error body.
 
     Parameters
@@ -49,9 +50,7 @@ def json_not_allowed(view: Callable[..., HttpResponseBase]) -> Callable[..., Htt
         route's methods in ``Allow`` (sorted) and in the detail.
     """
 
-    @functools.wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        response = view(request, *args, **kwargs)
+    def answer(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         if response.status_code != 405 or response.get("Content-Type") == "application/json":
             return response
         methods = sorted({name.strip() for name in response.get("Allow", "").split(",")} - {""})
@@ -60,9 +59,23 @@ def json_not_allowed(view: Callable[..., HttpResponseBase]) -> Callable[..., Htt
             "method_not_allowed",
             f"{request.method} is not a method of {request.path}; use {allowed or 'another'}.",
         )
-        answer = JsonResponse(error.body(), status=error.status)
-        answer["Allow"] = allowed
-        return answer
+        json_answer = JsonResponse(error.body(), status=error.status)
+        json_answer["Allow"] = allowed
+        return json_answer
+
+    if iscoroutinefunction(view):  # the claim: its wait holds no thread under ASGI
+
+        @functools.wraps(view)
+        async def wrapped_async(
+            request: HttpRequest, *args: Any, **kwargs: Any
+        ) -> HttpResponseBase:
+            return answer(request, await view(request, *args, **kwargs))
+
+        return wrapped_async
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        return answer(request, view(request, *args, **kwargs))
 
     return wrapped
 

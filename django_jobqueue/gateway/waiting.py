@@ -5,10 +5,17 @@ database: polling alone finds every job). On PostgreSQL a listener thread, share
 the waiting claims of the process and running only while one waits, ``LISTEN``\\s with
 the workers' own :func:`django_jobqueue.worker.wakeup.listen` and wakes them as soon
 as a job is committed, so they claim it at once.
+
+A claim waits with :func:`wait_async` (the claim view is ``async``): under ASGI it
+holds no thread while it waits, only an event the listener sets from its thread.
+Under WSGI every request holds a thread all along, so :func:`wsgi_slot` caps the
+claims that wait at once per process (``JOBQUEUE["GATEWAY"]["MAX_WAITING_CLAIMS"]``):
+one over the cap answers at once, so producers keep the other threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +25,15 @@ from django.db import connections
 from ..core.conf import get_config
 from ..worker import wakeup
 
-__all__ = ["generation", "registered", "stop_listening", "wait"]
+__all__ = [
+    "generation",
+    "registered",
+    "stop_listening",
+    "wait",
+    "wait_async",
+    "waiting_claims",
+    "wsgi_slot",
+]
 
 _cond = threading.Condition()
 _generation = 0
@@ -26,6 +41,10 @@ _waiters = 0
 _listener: tuple[threading.Thread, threading.Event] | None = None
 #: Every listener started, so :func:`stop_listening` can wait for the stopped ones too.
 _started: list[threading.Thread] = []
+#: The events of claims waiting in :func:`wait_async`, with their event loops.
+_async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+#: Claims waiting under WSGI now, in this process (:func:`wsgi_slot`).
+_wsgi_waiting = 0
 
 
 def _woken(queue: str) -> None:
@@ -33,6 +52,12 @@ def _woken(queue: str) -> None:
     with _cond:
         _generation += 1
         _cond.notify_all()
+        woken = list(_async_waiters)
+    for loop, event in woken:
+        try:
+            loop.call_soon_threadsafe(event.set)
+        except RuntimeError:  # its loop closed: the claim is gone
+            pass
 
 
 def generation() -> int:
@@ -45,6 +70,61 @@ def wait(since: int, timeout_s: float) -> None:
     """Wait until a wake-up after ``generation() == since``, or ``timeout_s`` seconds."""
     with _cond:
         _cond.wait_for(lambda: _generation != since, timeout=max(0.0, timeout_s))
+
+
+async def wait_async(since: int, timeout_s: float) -> None:
+    """As :func:`wait`, awaiting an event: no thread is held while it waits.
+
+    Parameters
+    ----------
+    since
+        :func:`generation` before the claim that found nothing.
+    timeout_s
+        Longest wait, seconds.
+    """
+    event = asyncio.Event()
+    entry = (asyncio.get_running_loop(), event)
+    with _cond:
+        if _generation != since:
+            return
+        _async_waiters.add(entry)
+    try:
+        await asyncio.wait_for(event.wait(), timeout=max(0.0, timeout_s))
+    except TimeoutError:
+        pass
+    finally:
+        with _cond:
+            _async_waiters.discard(entry)
+
+
+def waiting_claims() -> int:
+    """Return how many claims wait under WSGI in this process now."""
+    with _cond:
+        return _wsgi_waiting
+
+
+@contextmanager
+def wsgi_slot() -> Iterator[bool]:
+    """Take one of the process's ``MAX_WAITING_CLAIMS`` slots while the block runs.
+
+    Yields
+    ------
+    bool
+        True if a slot was free (the claim may wait); False if the cap is reached
+        (answer at once, with no jobs and ``Retry-After``).
+    """
+    global _wsgi_waiting
+    cap = get_config().GATEWAY.MAX_WAITING_CLAIMS
+    with _cond:
+        free = _wsgi_waiting < cap
+        if free:
+            _wsgi_waiting += 1
+    try:
+        yield free
+    finally:
+        if free:
+            with _cond:
+                _wsgi_waiting -= 1
 
 
 @contextmanager

@@ -27,8 +27,10 @@ import threading
 import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.db.models import F
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from ninja import Router
 
 from .. import storage
@@ -212,31 +214,49 @@ def stop(request: HttpRequest, body: StopIn) -> Any:
     summary="Claim due jobs, waiting up to wait_ms for one",
     operation_id="worker_claim",
 )
-def claim(request: HttpRequest, body: ClaimIn) -> Any:
+async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> Any:
     """Up to ``limit`` jobs of ``queues`` (and ``job_types``), each with a lease token.
 
     Long-polls up to ``wait_ms`` (at most 30 s) when none is due: woken by NOTIFY on
-    PostgreSQL, polling every ``CLAIM_POLL_MS`` everywhere.
+    PostgreSQL, polling every ``CLAIM_POLL_MS`` everywhere. An ``async`` view: under
+    ASGI the wait holds no thread. Under WSGI at most ``MAX_WAITING_CLAIMS`` claims
+    of a process wait at once; one more answers at once with no jobs and
+    ``Retry-After: 1`` (s), so producers' requests keep a thread.
     """
     token = require(request, "work", body.queues)
     using = jobs_database()
     if body.worker:
-        _check_worker_name(using, token, body.worker)
+        await sync_to_async(_check_worker_name)(using, token, body.worker)
     owner = (OWNER_MARK + (body.worker or token.name))[:200]
-    _reap_now_and_then(using)
+    await sync_to_async(_reap_now_and_then)(using)
+    jobs = await sync_to_async(_claim_once)(using, owner, body)
+    if not jobs and body.wait_ms > 0:
+        if isinstance(request, ASGIRequest):
+            jobs = await _wait_for_jobs(using, owner, body)
+        else:
+            with waiting.wsgi_slot() as free:
+                if free:
+                    jobs = await _wait_for_jobs(using, owner, body)
+                else:
+                    response["Retry-After"] = "1"
+    if body.worker:
+        await sync_to_async(_seen)(using, body.worker)
+    return {"jobs": [_claimed(job) for job in jobs]}
+
+
+async def _wait_for_jobs(using: str, owner: str, body: ClaimIn) -> list[Job]:
+    """Claim again at each wake-up or poll until jobs come or ``wait_ms`` passed."""
     deadline = time.monotonic() + body.wait_ms / 1000
     poll_s = get_config().GATEWAY.CLAIM_POLL_MS / 1000
+    jobs: list[Job] = []
     with waiting.registered(using):
         while True:
             since = waiting.generation()
-            jobs = _claim_once(using, owner, body)
+            jobs = await sync_to_async(_claim_once)(using, owner, body)
             left = deadline - time.monotonic()
             if jobs or left <= 0:
-                break
-            waiting.wait(since, min(poll_s, left))
-    if body.worker:
-        _seen(using, body.worker)
-    return {"jobs": [_claimed(job) for job in jobs]}
+                return jobs
+            await waiting.wait_async(since, min(poll_s, left))
 
 
 def _held(request: HttpRequest, jid: str, lease_token: str) -> Job:
