@@ -254,6 +254,7 @@ class Worker:
                         self._slot.wait(1.0)
                         continue
                 try:
+                    asked = time.monotonic()
                     jobs = self.client.claim(
                         self.queues,
                         job_types=list(self.handlers),
@@ -263,6 +264,11 @@ class Worker:
                         lease_ms=self.lease_ms,
                     )
                     failures = 0
+                    if not jobs and wait_ms and time.monotonic() - asked < wait_ms / 2000:
+                        # No jobs long before the wait ended: a WSGI server at its cap of
+                        # waiting claims answered at once (Retry-After: 1); claim later.
+                        self._stop.wait(_CAPPED_PAUSE_S)
+                        continue
                 except GatewayError as exc:
                     failures += 1
                     pause = _pause(exc, failures)
@@ -412,6 +418,10 @@ def _context(job: ClaimedJob, worker: str) -> JobContext:
     if job.cancel_requested:
         ctx._cancel.set()
     return ctx
+
+
+#: Pause (s) after a claim answered empty at once: the server's Retry-After.
+_CAPPED_PAUSE_S = 1.0
 
 
 def _pause(exc: GatewayError, failures: int) -> float:

@@ -21,14 +21,18 @@ Python executor does and not handed out.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
+from django.db import close_old_connections
 from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
@@ -225,26 +229,52 @@ async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> 
     """
     token = require(request, "work", body.queues)
     using = jobs_database()
+    asgi = isinstance(request, ASGIRequest)
+    run = _in_claim_pool if asgi else _in_request_thread
     if body.worker:
-        await sync_to_async(_check_worker_name)(using, token, body.worker)
+        await run(_check_worker_name, using, token, body.worker)
     owner = (OWNER_MARK + (body.worker or token.name))[:200]
-    await sync_to_async(_reap_now_and_then)(using)
-    jobs = await sync_to_async(_claim_once)(using, owner, body)
+    await run(_reap_now_and_then, using)
+    jobs = await run(_claim_once, using, owner, body)
     if not jobs and body.wait_ms > 0:
-        if isinstance(request, ASGIRequest):
-            jobs = await _wait_for_jobs(using, owner, body)
+        if asgi:
+            jobs = await _wait_for_jobs(run, using, owner, body)
         else:
             with waiting.wsgi_slot() as free:
                 if free:
-                    jobs = await _wait_for_jobs(using, owner, body)
+                    jobs = await _wait_for_jobs(run, using, owner, body)
                 else:
                     response["Retry-After"] = "1"
     if body.worker:
-        await sync_to_async(_seen)(using, body.worker)
+        await run(_seen, using, body.worker)
     return {"jobs": [_claimed(job) for job in jobs]}
 
 
-async def _wait_for_jobs(using: str, owner: str, body: ClaimIn) -> list[Job]:
+#: Threads that run the claim route's queries under ASGI, each keeping its own
+#: connection (``CONN_MAX_AGE``, health checks): however many claims wait, a process
+#: holds at most this many database connections for them.
+CLAIM_THREADS = 8
+_claim_pool = ThreadPoolExecutor(CLAIM_THREADS, thread_name_prefix="jq-claim")
+
+
+def _fresh(func: Callable[..., Any], *args: Any) -> Any:
+    close_old_connections()  # CONN_MAX_AGE and CONN_HEALTH_CHECKS, as a request start
+    return func(*args)
+
+
+async def _in_claim_pool(func: Callable[..., Any], *args: Any) -> Any:
+    """Run ``func(*args)`` in a thread of the claim pool (under ASGI)."""
+    return await asyncio.get_running_loop().run_in_executor(_claim_pool, _fresh, func, *args)
+
+
+async def _in_request_thread(func: Callable[..., Any], *args: Any) -> Any:
+    """Run ``func(*args)`` in the request's thread and connection (under WSGI)."""
+    return await sync_to_async(func)(*args)
+
+
+async def _wait_for_jobs(
+    run: Callable[..., Awaitable[Any]], using: str, owner: str, body: ClaimIn
+) -> list[Job]:
     """Claim again at each wake-up or poll until jobs come or ``wait_ms`` passed."""
     deadline = time.monotonic() + body.wait_ms / 1000
     poll_s = get_config().GATEWAY.CLAIM_POLL_MS / 1000
@@ -252,7 +282,7 @@ async def _wait_for_jobs(using: str, owner: str, body: ClaimIn) -> list[Job]:
     with waiting.registered(using):
         while True:
             since = waiting.generation()
-            jobs = await sync_to_async(_claim_once)(using, owner, body)
+            jobs = await run(_claim_once, using, owner, body)
             left = deadline - time.monotonic()
             if jobs or left <= 0:
                 return jobs
