@@ -21,6 +21,12 @@ emptied job table:
 
 It prints jobs/s of each and the gateway's ratios to the in-process figures. Bounded:
 ``--max-seconds`` per phase stops a phase early (its rate is still reported).
+
+``--waits`` runs the legs of :mod:`bench.gateway_waits` instead: producers while 200
+claims wait, under ASGI (uvicorn) and under WSGI with ``MAX_WAITING_CLAIMS``, and 20
+slow sockets behind nginx (``--max-seconds`` bounds each producer leg)::
+
+    .venv/bin/python bench/gateway.py --waits --max-seconds 8
 """
 
 from __future__ import annotations
@@ -121,6 +127,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5, help="batches of --batch-size")
     parser.add_argument("--batch-size", type=int, default=1_000)
     parser.add_argument("--max-seconds", type=float, default=60, help="bound of each phase")
+    parser.add_argument("--waits", action="store_true", help="waiting claims and slow clients")
     args = parser.parse_args()
 
     ensure_database(args.url)
@@ -138,6 +145,15 @@ def main() -> None:
     from django_jobqueue.store.apitokens import issue_token
 
     call_command("migrate", verbosity=0)
+    if args.waits:
+        from bench import gateway_waits
+
+        both = issue_token("bench-waits", queues=["*"], scopes=["produce", "work"])[1]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        print(f"PostgreSQL {args.url}; example_project on 127.0.0.1")
+        gateway_waits.report(gateway_waits.run_legs(env, both, args.max_seconds))
+        empty_jobs()
+        return
     token = issue_token("bench", queues=[QUEUE], scopes=["produce"])[1]
     total = args.batches * args.batch_size
     payload = {"n": 0}

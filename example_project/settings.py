@@ -106,6 +106,11 @@ if _engine != "django.db.backends.sqlite3":
     # than the enqueue itself. Health checks drop a session the server closed.
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if _engine == "django.db.backends.postgresql" and env.bool("DB_POOL", default=False):
+    # Under ASGI (docs/deployment.md) each request runs in a thread of its own, so a
+    # persistent connection would die with it: psycopg's pool instead (CONN_MAX_AGE 0).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 4, "max_size": 20}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

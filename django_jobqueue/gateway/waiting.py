@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from django.db import connections
@@ -41,29 +41,47 @@ _waiters = 0
 _listener: tuple[threading.Thread, threading.Event] | None = None
 #: Every listener started, so :func:`stop_listening` can wait for the stopped ones too.
 _started: list[threading.Thread] = []
-#: The events of claims waiting in :func:`wait_async`, with their event loops.
-_async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+#: The claims waiting in :func:`wait_async`: their event loop, event and queues.
+_async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event, frozenset[str]]] = set()
+#: Wake-ups per queue name, for :func:`generation` of given queues.
+_by_queue: dict[str, int] = {}
+#: Wake-ups of every queue (``on_wakeup("")``: a catch-up, or a lost session).
+_every = 0
 #: Claims waiting under WSGI now, in this process (:func:`wsgi_slot`).
 _wsgi_waiting = 0
 
 
 def _woken(queue: str) -> None:
-    global _generation
+    global _generation, _every
     with _cond:
         _generation += 1
+        if queue:
+            if len(_by_queue) >= 10_000 and queue not in _by_queue:
+                _by_queue.clear()  # bounded; a cleared count reads as a change: a re-claim
+                _every += 1
+            _by_queue[queue] = _by_queue.get(queue, 0) + 1
+        else:
+            _every += 1
         _cond.notify_all()
-        woken = list(_async_waiters)
-    for loop, event in woken:
+        # Only the claims of that queue: a producer's enqueue must not wake all of them.
+        woken = [w for w in _async_waiters if not queue or queue in w[2]]
+    for loop, event, _queues in woken:
         try:
             loop.call_soon_threadsafe(event.set)
         except RuntimeError:  # its loop closed: the claim is gone
             pass
 
 
-def generation() -> int:
-    """Return the wake-up count; pass it to :func:`wait` after a claim found nothing."""
+def generation(queues: Iterable[str] | None = None) -> int:
+    """Return the wake-up count; pass it to :func:`wait` after a claim found nothing.
+
+    With ``queues``: the count of wake-ups of those queues (and of every queue), for
+    :func:`wait_async` with the same queues.
+    """
     with _cond:
-        return _generation
+        if queues is None:
+            return _generation
+        return _every + sum(_by_queue.get(queue, 0) for queue in queues)
 
 
 def wait(since: int, timeout_s: float) -> None:
@@ -72,20 +90,25 @@ def wait(since: int, timeout_s: float) -> None:
         _cond.wait_for(lambda: _generation != since, timeout=max(0.0, timeout_s))
 
 
-async def wait_async(since: int, timeout_s: float) -> None:
+async def wait_async(since: int, timeout_s: float, queues: Iterable[str]) -> None:
     """As :func:`wait`, awaiting an event: no thread is held while it waits.
+
+    Woken by a wake-up of one of ``queues`` (or of every queue) only.
 
     Parameters
     ----------
     since
-        :func:`generation` before the claim that found nothing.
+        :func:`generation` of ``queues`` before the claim that found nothing.
     timeout_s
         Longest wait, seconds.
+    queues
+        The claim's queue names.
     """
     event = asyncio.Event()
-    entry = (asyncio.get_running_loop(), event)
+    names = frozenset(queues)
+    entry = (asyncio.get_running_loop(), event, names)
     with _cond:
-        if _generation != since:
+        if _every + sum(_by_queue.get(queue, 0) for queue in names) != since:
             return
         _async_waiters.add(entry)
     try:

@@ -32,7 +32,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.db import close_old_connections
+from django.db import connections
 from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
@@ -231,6 +231,8 @@ async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> 
     using = jobs_database()
     asgi = isinstance(request, ASGIRequest)
     run = _in_claim_pool if asgi else _in_request_thread
+    if asgi:  # the token's lookup opened one; a waiting claim must not hold it
+        await sync_to_async(_release_connections)()
     if body.worker:
         await run(_check_worker_name, using, token, body.worker)
     owner = (OWNER_MARK + (body.worker or token.name))[:200]
@@ -251,14 +253,27 @@ async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> 
 
 
 #: Threads that run the claim route's queries under ASGI, each keeping its own
-#: connection (``CONN_MAX_AGE``, health checks): however many claims wait, a process
-#: holds at most this many database connections for them.
+#: connection open for its life (closed and made again only after an error leaves it
+#: unusable): however many claims wait, a process holds at most this many database
+#: connections for them, whatever ``CONN_MAX_AGE`` (0 under ASGI, docs/deployment.md).
 CLAIM_THREADS = 8
 _claim_pool = ThreadPoolExecutor(CLAIM_THREADS, thread_name_prefix="jq-claim")
 
 
+def _release_connections() -> None:
+    """Close this thread's connections (back to the pool, with one) outside a transaction."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close()
+
+
 def _fresh(func: Callable[..., Any], *args: Any) -> Any:
-    close_old_connections()  # CONN_MAX_AGE and CONN_HEALTH_CHECKS, as a request start
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
     return func(*args)
 
 
@@ -281,12 +296,12 @@ async def _wait_for_jobs(
     jobs: list[Job] = []
     with waiting.registered(using):
         while True:
-            since = waiting.generation()
+            since = waiting.generation(body.queues)
             jobs = await run(_claim_once, using, owner, body)
             left = deadline - time.monotonic()
             if jobs or left <= 0:
                 return jobs
-            await waiting.wait_async(since, min(poll_s, left))
+            await waiting.wait_async(since, min(poll_s, left), body.queues)
 
 
 def _held(request: HttpRequest, jid: str, lease_token: str) -> Job:

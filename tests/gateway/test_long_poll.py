@@ -113,3 +113,25 @@ def test_max_waiting_claims_zero_never_waits_under_wsgi(make_token):
     with override_settings(JOBQUEUE={"GATEWAY": {"MAX_WAITING_CLAIMS": 0}}):
         answer = api.post(CLAIM, {"queues": ["gw"], "wait_ms": 30_000})
     assert answer.json() == {"jobs": []} and answer["Retry-After"] == "1"
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_wake_up_wakes_only_the_claims_of_its_queue():
+    async def scenario() -> tuple[bool, bool, bool]:
+        since_a = waiting.generation(["a"])
+        since_b = waiting.generation(["b"])
+        wait_a = asyncio.ensure_future(waiting.wait_async(since_a, 30, ["a"]))
+        wait_b = asyncio.ensure_future(waiting.wait_async(since_b, 30, ["b"]))
+        while len(waiting._async_waiters) < 2:
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(waiting._woken, "a")  # as the listener thread does
+        await asyncio.wait_for(wait_a, 30)
+        b_waits_on = not wait_b.done()
+        await asyncio.to_thread(waiting._woken, "")  # every queue
+        await asyncio.wait_for(wait_b, 30)
+        stale = waiting.generation(["a"]) != since_a
+        return wait_a.done(), b_waits_on, stale
+
+    woke_a, b_kept_waiting, counted = asyncio.run(scenario())
+    assert woke_a and b_kept_waiting and counted
+    assert not waiting._async_waiters
