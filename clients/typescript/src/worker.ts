@@ -290,19 +290,27 @@ export class Worker {
         await Promise.race([...this.running, this.stopped]);
         continue;
       }
+      const waitMs = Math.min(this.options.waitMs ?? 5_000, this.maxWaitMs);
+      const asked = Date.now();
       const jobs = await this.retrying(() =>
         this.client.claim(
           {
             queues: this.options.queues,
             jobTypes: Object.keys(this.handlers),
             limit: this.concurrency - this.running.size,
-            waitMs: Math.min(this.options.waitMs ?? 5_000, this.maxWaitMs),
+            waitMs,
             worker: this.name,
             leaseMs: this.leaseMs,
           },
           this.stopper.signal,
         ),
       );
+      if (jobs !== undefined && jobs.length === 0 && waitMs > 0 && Date.now() - asked < waitMs / 2) {
+        // No jobs long before the wait ended: a WSGI server at its cap of waiting
+        // claims answered at once (Retry-After: 1 s); claim again after it.
+        await sleep(1_000, this.stopper.signal);
+        continue;
+      }
       for (const job of jobs ?? []) {
         this.stats.claimed += 1;
         const task: Promise<void> = this.execute(job).finally(() => this.running.delete(task));
