@@ -121,7 +121,8 @@ namespace DjangoJobQueue.Client
     /// register, long-poll claims for up to <c>Concurrency</c> jobs at once, run each handler as
     /// a task with a heartbeat every <c>heartbeat_ms</c>, report <c>complete</c> or <c>fail</c>,
     /// and on <see cref="Stop"/> (or SIGTERM/SIGINT) stop claiming, let the running jobs finish
-    /// and be reported, then mark the worker stopped.
+    /// and be reported, then mark the worker stopped. A claim in flight is not abandoned: a
+    /// stop waits for it (at most <c>WaitMs</c>) and runs the jobs it brought.
     /// </summary>
     /// <remarks>
     /// A handler's result is reported <c>complete</c>; a thrown <see cref="PermanentFailureException"/>
@@ -299,7 +300,9 @@ namespace DjangoJobQueue.Client
                 IList<ClaimedJob> jobs;
                 try
                 {
-                    jobs = await Retrying(() => client.ClaimAsync(claim, stopping.Token)).ConfigureAwait(false);
+                    // Not cancelled by Stop(): an abandoned claim's jobs would stay leased to no one
+                    // until their lease expired. It ends within WaitMs and its jobs run.
+                    jobs = await Retrying(() => client.ClaimAsync(claim)).ConfigureAwait(false);
                 }
                 catch
                 {
@@ -343,10 +346,6 @@ namespace DjangoJobQueue.Client
                 try
                 {
                     return await fn().ConfigureAwait(false);
-                }
-                catch (OperationCanceledException) when (Stopping)
-                {
-                    return null; // the claim was abandoned by Stop()
                 }
                 catch (GatewayException e) when (e.IsRetryable)
                 {

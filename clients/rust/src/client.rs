@@ -97,7 +97,13 @@ impl Client {
     /// batch (its `index` and `field` say which) and nothing is stored. One answer per job,
     /// in order; a deduplicated job is an answer in its slot.
     pub fn enqueue_batch(&self, jobs: &[JobSpec]) -> Result<Vec<EnqueueResult>, Error> {
-        let answer: Value = self.call("POST", "/jobs/batch", Some(&json!({ "jobs": jobs })), &[], 0)?;
+        let answer: Value = self.call(
+            "POST",
+            "/jobs/batch",
+            Some(&json!({ "jobs": jobs })),
+            &[],
+            0,
+        )?;
         decode(answer.get("results").cloned().unwrap_or(Value::Null))
     }
 
@@ -108,13 +114,25 @@ impl Client {
 
     /// Cancel a waiting job (`cancelled`), or ask a running one to stop (`cancel_requested`).
     pub fn cancel(&self, jid: &str) -> Result<CancelResult, Error> {
-        self.call("POST", &format!("/jobs/{}/cancel", segment(jid)), Some(&json!({})), &[], 0)
+        self.call(
+            "POST",
+            &format!("/jobs/{}/cancel", segment(jid)),
+            Some(&json!({})),
+            &[],
+            0,
+        )
     }
 
     /// Make a dead letter (or a scheduled job) due now; needs the `admin` scope
     /// ([`Error::Forbidden`] otherwise). Answers whether it was made due.
     pub fn retry(&self, jid: &str) -> Result<bool, Error> {
-        let answer: Value = self.call("POST", &format!("/jobs/{}/retry", segment(jid)), Some(&json!({})), &[], 0)?;
+        let answer: Value = self.call(
+            "POST",
+            &format!("/jobs/{}/retry", segment(jid)),
+            Some(&json!({})),
+            &[],
+            0,
+        )?;
         flag(&answer, "retried")
     }
 
@@ -134,7 +152,12 @@ impl Client {
 
     /// Extend a claimed job's lease (by `lease_ms`, or the site's `LEASE_MS`); answers
     /// whether the job was asked to stop. [`Error::LeaseLost`] when it is no longer held.
-    pub fn heartbeat(&self, jid: &str, lease_token: &str, lease_ms: Option<u64>) -> Result<bool, Error> {
+    pub fn heartbeat(
+        &self,
+        jid: &str,
+        lease_token: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<bool, Error> {
         let mut body = json!({ "lease_token": lease_token });
         if let Some(ms) = lease_ms {
             body["lease_ms"] = json!(ms);
@@ -155,7 +178,12 @@ impl Client {
 
     /// Report a failed attempt; answers the stored status (`retry`, `max_retry`, `error`,
     /// `cancelled`, `init`). [`Error::LeaseLost`]: drop the outcome.
-    pub fn fail(&self, jid: &str, lease_token: &str, options: &FailOptions) -> Result<String, Error> {
+    pub fn fail(
+        &self,
+        jid: &str,
+        lease_token: &str,
+        options: &FailOptions,
+    ) -> Result<String, Error> {
         let mut body = serde_json::to_value(options).map_err(|e| Error::Decode(e.to_string()))?;
         body["lease_token"] = json!(lease_token);
         let path = format!("/worker/jobs/{}/fail", segment(jid));
@@ -166,7 +194,13 @@ impl Client {
     /// Mark a registered worker stopped (a clean exit); false if it already was.
     /// [`Error::NotFound`] for a name no gateway worker registered.
     pub fn stop_worker(&self, name: &str) -> Result<bool, Error> {
-        let answer: Value = self.call("POST", "/worker/stop", Some(&json!({ "name": name })), &[], 0)?;
+        let answer: Value = self.call(
+            "POST",
+            "/worker/stop",
+            Some(&json!({ "name": name })),
+            &[],
+            0,
+        )?;
         flag(&answer, "stopped")
     }
 
@@ -209,7 +243,12 @@ impl Client {
                     return Ok(Value::Null);
                 }
                 serde_json::from_str(&text).map_err(|_| {
-                    Error::Decode(format!("{} answered {} with no JSON: {}", url, status, clip(&text)))
+                    Error::Decode(format!(
+                        "{} answered {} with no JSON: {}",
+                        url,
+                        status,
+                        clip(&text)
+                    ))
                 })
             }
             Err(ureq::Error::Status(status, response)) => {
@@ -265,12 +304,20 @@ impl<'a> Ids<'a> {
     /// Remove the waiting job holding `id`, or ask a running one to stop.
     pub fn cancel(&self, queue: &str, id: &str) -> Result<bool, Error> {
         let path = format!("{}/cancel", id_path(queue, id));
-        flag(&self.client.request("POST", &path, Some(&json!({})), &[], 0)?, "cancelled")
+        flag(
+            &self
+                .client
+                .request("POST", &path, Some(&json!({})), &[], 0)?,
+            "cancelled",
+        )
     }
 
     /// The job holding `id`, or None when the id is free.
     pub fn get(&self, queue: &str, id: &str) -> Result<Option<IdJob>, Error> {
-        match self.client.call::<(), IdJob>("GET", &id_path(queue, id), None, &[], 0) {
+        match self
+            .client
+            .call::<(), IdJob>("GET", &id_path(queue, id), None, &[], 0)
+        {
             Ok(job) => Ok(Some(job)),
             Err(Error::NotFound(_)) => Ok(None),
             Err(error) => Err(error),
@@ -318,10 +365,13 @@ fn decode<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
 }
 
 fn flag(answer: &Value, name: &str) -> Result<bool, Error> {
-    answer
-        .get(name)
-        .and_then(Value::as_bool)
-        .ok_or_else(|| Error::Decode(format!("no boolean {:?} in {}", name, clip(&answer.to_string()))))
+    answer.get(name).and_then(Value::as_bool).ok_or_else(|| {
+        Error::Decode(format!(
+            "no boolean {:?} in {}",
+            name,
+            clip(&answer.to_string())
+        ))
+    })
 }
 
 fn text(answer: &Value, name: &str) -> Result<String, Error> {
@@ -329,7 +379,13 @@ fn text(answer: &Value, name: &str) -> Result<String, Error> {
         .get(name)
         .and_then(Value::as_str)
         .map(str::to_owned)
-        .ok_or_else(|| Error::Decode(format!("no text {:?} in {}", name, clip(&answer.to_string()))))
+        .ok_or_else(|| {
+            Error::Decode(format!(
+                "no text {:?} in {}",
+                name,
+                clip(&answer.to_string())
+            ))
+        })
 }
 
 fn read(response: ureq::Response, url: &str) -> Result<String, Error> {
@@ -343,13 +399,19 @@ fn read(response: ureq::Response, url: &str) -> Result<String, Error> {
 
 fn unreachable(url: &str, transport: &ureq::Transport) -> Error {
     let timed_out = matches!(transport.kind(), ureq::ErrorKind::Io)
-        && transport.to_string().to_ascii_lowercase().contains("timed out");
+        && transport
+            .to_string()
+            .to_ascii_lowercase()
+            .contains("timed out");
     let (code, what) = if timed_out {
         ("timeout", "no answer in time from")
     } else {
         ("connection_failed", "cannot reach")
     };
-    Error::Unreachable(ApiError::local(code, format!("{} {}: {}", what, url, transport)))
+    Error::Unreachable(ApiError::local(
+        code,
+        format!("{} {}: {}", what, url, transport),
+    ))
 }
 
 fn clip(text: &str) -> String {

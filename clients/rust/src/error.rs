@@ -46,7 +46,12 @@ pub struct ApiError {
 impl ApiError {
     /// An error of `status` from its decoded `body` (or the raw `text` when it is not a
     /// JSON error body).
-    pub fn from_answer(status: u16, body: Option<Value>, text: &str, retry_after: Option<&str>) -> Self {
+    pub fn from_answer(
+        status: u16,
+        body: Option<Value>,
+        text: &str,
+        retry_after: Option<&str>,
+    ) -> Self {
         let body = match body {
             Some(value) if value.get("error").map_or(false, Value::is_string) => value,
             _ => serde_json::json!({
@@ -64,7 +69,9 @@ impl ApiError {
             reason: text_of("reason"),
             jid: text_of("jid"),
             scope: text_of("scope"),
-            retry_after: retry_after.and_then(|v| v.trim().parse::<f64>().ok()).map(|v| v.max(0.0)),
+            retry_after: retry_after
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .map(|v| v.max(0.0)),
             body,
         }
     }
@@ -254,7 +261,11 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Decode(text) => write!(f, "the gateway's answer is not of the documented shape: {}", text),
+            Error::Decode(text) => write!(
+                f,
+                "the gateway's answer is not of the documented shape: {}",
+                text
+            ),
             other => match other.api() {
                 Some(api) => write!(f, "{}", api),
                 None => Ok(()),

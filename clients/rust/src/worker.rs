@@ -317,8 +317,14 @@ impl Worker {
     /// of the registration or a claim (401, 403...). A worker with no handler, no queue or a
     /// concurrency outside 1..100 is [`Error::Decode`]... no: it panics, as a programming error.
     pub fn run(self) -> Result<Stats, Error> {
-        assert!(!self.handlers.is_empty(), "Worker: handle() at least one job type");
-        assert!(!self.options.queues.is_empty(), "Worker: queues must name at least one queue");
+        assert!(
+            !self.handlers.is_empty(),
+            "Worker: handle() at least one job type"
+        );
+        assert!(
+            !self.options.queues.is_empty(),
+            "Worker: queues must name at least one queue"
+        );
         assert!(
             (1..=100).contains(&self.options.concurrency),
             "Worker: concurrency must be 1..100, got {}",
@@ -330,7 +336,9 @@ impl Worker {
                 let flag = Arc::clone(&self.shared.stopping);
                 // Only an atomic store in the handler: async-signal-safe.
                 let id = unsafe {
-                    signal_hook_registry::register(signal, move || flag.store(true, Ordering::SeqCst))
+                    signal_hook_registry::register(signal, move || {
+                        flag.store(true, Ordering::SeqCst)
+                    })
                 };
                 match id {
                     Ok(id) => signals.push(id),
@@ -376,7 +384,11 @@ impl Worker {
             Some(registration) => registration,
             None => return Ok(()), // stopped before the gateway answered
         };
-        let heartbeat_ms = self.options.heartbeat_ms.unwrap_or(registration.heartbeat_ms).max(1);
+        let heartbeat_ms = self
+            .options
+            .heartbeat_ms
+            .unwrap_or(registration.heartbeat_ms)
+            .max(1);
         let wait_ms = self.options.wait_ms.min(registration.max_wait_ms);
         log::info!(
             "registered {}: queues={} job_types={} concurrency={}",
@@ -429,7 +441,12 @@ impl Worker {
         Ok(())
     }
 
-    fn claim_loop(&self, sender: &mpsc::Sender<ClaimedJob>, job_types: &[String], wait_ms: u64) -> Result<(), Error> {
+    fn claim_loop(
+        &self,
+        sender: &mpsc::Sender<ClaimedJob>,
+        job_types: &[String],
+        wait_ms: u64,
+    ) -> Result<(), Error> {
         while !self.shared.stopping() {
             let free = {
                 let mut slots = self.shared.slots.lock().unwrap_or_else(|e| e.into_inner());
@@ -529,7 +546,11 @@ impl Runner {
             done: Mutex::new(false),
             changed: Condvar::new(),
         });
-        let beats = self.heartbeats(Arc::clone(&ctx), Arc::clone(&reported), Arc::clone(&finished));
+        let beats = self.heartbeats(
+            Arc::clone(&ctx),
+            Arc::clone(&reported),
+            Arc::clone(&finished),
+        );
         let outcome = match self.handlers.get(&ctx.job.job_type) {
             Some(handler) => catch_unwind(AssertUnwindSafe(|| handler(&ctx.job.payload, &ctx)))
                 .unwrap_or_else(|panic| {
@@ -540,7 +561,10 @@ impl Runner {
                         .unwrap_or_else(|| "the handler panicked".to_owned());
                     Err(JobError::new(message).with_class("panic"))
                 }),
-            None => Err(JobError::new(format!("no handler for job type {}", ctx.job.job_type))),
+            None => Err(JobError::new(format!(
+                "no handler for job type {}",
+                ctx.job.job_type
+            ))),
         };
         {
             let mut done = finished.done.lock().unwrap_or_else(|e| e.into_inner());
@@ -557,7 +581,12 @@ impl Runner {
 
     /// The job's heartbeat thread: a heartbeat every `heartbeat_ms` until the handler
     /// returns, and the timeout's report if it does not return within `timeout_ms`.
-    fn heartbeats(&self, ctx: Arc<JobContext>, reported: Arc<AtomicBool>, finished: Arc<Finished>) -> thread::JoinHandle<()> {
+    fn heartbeats(
+        &self,
+        ctx: Arc<JobContext>,
+        reported: Arc<AtomicBool>,
+        finished: Arc<Finished>,
+    ) -> thread::JoinHandle<()> {
         let client = self.client.clone();
         let shared = Arc::clone(&self.shared);
         let every = Duration::from_millis(self.heartbeat_ms);
@@ -575,7 +604,11 @@ impl Runner {
                             return;
                         }
                         let now = Instant::now();
-                        let until = if beating { next.min(deadline) } else { deadline };
+                        let until = if beating {
+                            next.min(deadline)
+                        } else {
+                            deadline
+                        };
                         if now >= until {
                             break;
                         }
@@ -589,7 +622,12 @@ impl Runner {
                 if Instant::now() >= deadline {
                     if !reported.swap(true, Ordering::SeqCst) {
                         let message = format!("timed out after {} ms", ctx.job.timeout_ms);
-                        report_failure(&client, &shared, &ctx, &JobError::new(message).with_class("TimeoutError"));
+                        report_failure(
+                            &client,
+                            &shared,
+                            &ctx,
+                            &JobError::new(message).with_class("TimeoutError"),
+                        );
                         shared.update(|s| s.unreported -= 1);
                     }
                     return;
@@ -614,7 +652,10 @@ impl Runner {
             return;
         }
         match outcome {
-            Ok(result) => match reporting(|| self.client.complete(&ctx.job.jid, &ctx.job.lease_token, result.clone())) {
+            Ok(result) => match reporting(|| {
+                self.client
+                    .complete(&ctx.job.jid, &ctx.job.lease_token, result.clone())
+            }) {
                 Ok(_) => {
                     self.shared.counters.done.fetch_add(1, Ordering::SeqCst);
                 }
@@ -636,7 +677,11 @@ fn report_failure(client: &Client, shared: &Shared, ctx: &JobContext, error: &Jo
     };
     match reporting(|| client.fail(&ctx.job.jid, &ctx.job.lease_token, &options)) {
         Ok(status) => {
-            let counter = if cancelled { &shared.counters.cancelled } else { &shared.counters.failed };
+            let counter = if cancelled {
+                &shared.counters.cancelled
+            } else {
+                &shared.counters.failed
+            };
             counter.fetch_add(1, Ordering::SeqCst);
             log::warn!(
                 "job {} ({}) failed: {}; stored {}",
@@ -670,7 +715,11 @@ fn reporting<T>(mut f: impl FnMut() -> Result<T, Error>) -> Result<T, Error> {
 
 fn dropped(shared: &Shared, ctx: &JobContext) {
     shared.counters.lease_lost.fetch_add(1, Ordering::SeqCst);
-    log::warn!("job {} ({}): lease lost, outcome dropped", ctx.job.jid, ctx.job.job_type);
+    log::warn!(
+        "job {} ({}): lease lost, outcome dropped",
+        ctx.job.jid,
+        ctx.job.job_type
+    );
 }
 
 fn hostname() -> String {

@@ -8,9 +8,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CancellationException;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -53,10 +51,10 @@ import java.util.logging.Logger;
  *       once the running jobs are reported.
  * </ul>
  *
- * <p>With {@link Options#handleSignals} (the default) a JVM shutdown hook stops the worker
- * and waits for its running jobs to be reported, so SIGTERM or SIGINT drains it. After
- * {@link #run()} returns from a signal, return from {@code main}: do not call
- * {@code System.exit}, the JVM is already exiting.
+ * <p>With {@link Options#handleSignals} (the default) SIGTERM and SIGINT stop the worker:
+ * {@link #run()} returns once the running jobs are reported, and the process exits 0 when
+ * {@code main} returns. A claim in flight is not abandoned: a stop waits for it (at most
+ * {@code waitMs}) and runs the jobs it brought.
  */
 public final class Worker {
     /** A job handler: its return value (any JSON-serialisable value, or null) is the job's result. */
@@ -104,7 +102,7 @@ public final class Worker {
         /** The heartbeat interval, ms (default: the registration's {@code heartbeat_ms}). */
         public Options heartbeatMs(long heartbeatMs) { this.heartbeatMs = heartbeatMs; return this; }
 
-        /** Install a shutdown hook that drains the worker on SIGTERM/SIGINT (default true). */
+        /** Stop gracefully on SIGTERM and SIGINT (default true). */
         public Options handleSignals(boolean handleSignals) { this.handleSignals = handleSignals; return this; }
     }
 
@@ -131,7 +129,7 @@ public final class Worker {
     private final AtomicLong leaseLost = new AtomicLong();
     private final Object loopLock = new Object();
     private Thread loopThread;
-    private volatile CompletableFuture<List<ClaimedJob>> pendingClaim;
+    private boolean waitingForSlot;
     private ExecutorService executor;
     private ScheduledExecutorService scheduler;
     private long heartbeatMs;
@@ -172,14 +170,12 @@ public final class Worker {
     public void stop() {
         if (stopping.compareAndSet(false, true)) {
             LOG.info("stopping: " + unreported.get() + " running job(s) finish first");
-            CompletableFuture<List<ClaimedJob>> claim = pendingClaim;
-            if (claim != null) {
-                claim.cancel(true);
-            }
+            // A claim in flight is not abandoned (its jobs would stay leased to no one until
+            // their lease expired): it ends within wait_ms and its jobs run. Only a loop
+            // waiting for a free slot is woken.
             synchronized (loopLock) {
-                Thread loop = loopThread;
-                if (loop != null && loop != Thread.currentThread()) {
-                    loop.interrupt();
+                if (waitingForSlot && loopThread != null && loopThread != Thread.currentThread()) {
+                    loopThread.interrupt();
                 }
             }
         }
@@ -199,18 +195,25 @@ public final class Worker {
         synchronized (loopLock) {
             loopThread = Thread.currentThread();
         }
+        Runnable restoreSignals = null;
         Thread hook = null;
         if (options.handleSignals) {
-            hook = new Thread(() -> {
-                LOG.info("shutdown signal received");
+            restoreSignals = Signals.install(() -> {
+                LOG.info("signal received");
                 stop();
-                try {
-                    finished.await();
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
-            }, "jobqueue-worker-shutdown");
-            Runtime.getRuntime().addShutdownHook(hook);
+            });
+            if (restoreSignals == null) {
+                hook = new Thread(() -> {
+                    LOG.info("shutdown signal received");
+                    stop();
+                    try {
+                        finished.await();
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }, "jobqueue-worker-shutdown");
+                Runtime.getRuntime().addShutdownHook(hook);
+            }
         }
         executor = Executors.newCachedThreadPool(threads("jobqueue-job"));
         scheduler = Executors.newScheduledThreadPool(Math.min(options.concurrency, 8) + 1, threads("jobqueue-heartbeat"));
@@ -249,6 +252,9 @@ public final class Worker {
             }
             executor.shutdown();
             scheduler.shutdownNow();
+            if (restoreSignals != null) {
+                restoreSignals.run();
+            }
             if (hook != null) {
                 try {
                     Runtime.getRuntime().removeShutdownHook(hook);
@@ -267,19 +273,40 @@ public final class Worker {
     private void loop(long waitMs) {
         List<String> jobTypes = new ArrayList<>(handlers.keySet());
         while (!stopping.get()) {
-            int free;
+            synchronized (loopLock) {
+                if (stopping.get()) {
+                    break;
+                }
+                waitingForSlot = true;
+            }
+            boolean acquired = false;
             try {
                 slots.acquire();
+                acquired = true;
             } catch (InterruptedException e) {
-                continue; // stop() woke us
+                // stop() woke us
+            } finally {
+                synchronized (loopLock) {
+                    waitingForSlot = false;
+                }
+                Thread.interrupted(); // no interrupt comes after this: stop() sends one only while waiting
             }
-            free = 1 + slots.drainPermits();
+            if (!acquired) {
+                continue;
+            }
+            int free = 1 + slots.drainPermits();
             ClaimOptions claim = new ClaimOptions(options.queues).jobTypes(jobTypes).limit(free)
                     .waitMs(waitMs).worker(name);
             if (options.leaseMs != null) {
                 claim.leaseMs(options.leaseMs);
             }
-            List<ClaimedJob> jobs = retrying(() -> awaitClaim(claim));
+            List<ClaimedJob> jobs;
+            try {
+                jobs = retrying(() -> client.claim(claim));
+            } catch (RuntimeException e) {
+                slots.release(free);
+                throw e;
+            }
             int got = jobs == null ? 0 : jobs.size();
             slots.release(free - got);
             if (jobs != null) {
@@ -292,34 +319,6 @@ public final class Worker {
         }
     }
 
-    /** One claim, abandoned (null) when {@link #stop()} comes first. */
-    private List<ClaimedJob> awaitClaim(ClaimOptions claim) {
-        if (stopping.get()) {
-            return null;
-        }
-        CompletableFuture<List<ClaimedJob>> future = client.claimAsync(claim);
-        pendingClaim = future;
-        try {
-            if (stopping.get()) {
-                future.cancel(true);
-            }
-            return future.get();
-        } catch (InterruptedException | CancellationException e) {
-            future.cancel(true);
-            return null;
-        } catch (ExecutionException e) {
-            if (stopping.get()) {
-                return null; // abandoned by stop()
-            }
-            if (e.getCause() instanceof GatewayException) {
-                throw (GatewayException) e.getCause();
-            }
-            throw new IllegalStateException(e.getCause());
-        } finally {
-            pendingClaim = null;
-        }
-    }
-
     /** Call {@code fn} until it answers; back off on an unreachable gateway, 503 or 429. Null once stopping. */
     private <T> T retrying(Supplier<T> fn) {
         long backoff = 500;
@@ -327,18 +326,18 @@ public final class Worker {
             try {
                 return fn.get();
             } catch (GatewayException e) {
-                if (stopping.get() && e instanceof GatewayException.Unreachable) {
-                    return null;
-                }
                 if (!e.isRetryable()) {
                     throw e;
                 }
                 long wait = e.retryAfter() != null ? (long) (e.retryAfter() * 1000) : backoff;
                 LOG.warning(e.getMessage() + "; trying again in " + wait + " ms");
-                try {
-                    Thread.sleep(wait);
-                } catch (InterruptedException interrupted) {
-                    return null;
+                long until = System.nanoTime() + wait * 1_000_000L;
+                while (!stopping.get() && System.nanoTime() < until) {
+                    try {
+                        Thread.sleep(Math.min(100, wait));
+                    } catch (InterruptedException interrupted) {
+                        return null;
+                    }
                 }
                 backoff = Math.min(backoff * 2, 10_000);
             }
