@@ -403,15 +403,19 @@ fn unreachable(url: &str, transport: &ureq::Transport) -> Error {
             .to_string()
             .to_ascii_lowercase()
             .contains("timed out");
-    let (code, what) = if timed_out {
-        ("timeout", "no answer in time from")
+    let code = if timed_out {
+        "timeout"
     } else {
-        ("connection_failed", "cannot reach")
+        "connection_failed"
     };
-    Error::Unreachable(ApiError::local(
-        code,
-        format!("{} {}: {}", what, url, transport),
-    ))
+    // ureq's message names the url already: "http://...: Connection Failed: ..."
+    let message = transport.to_string();
+    let detail = if message.contains(url) {
+        message
+    } else {
+        format!("{}: {}", url, message)
+    };
+    Error::Unreachable(ApiError::local(code, detail))
 }
 
 fn clip(text: &str) -> String {
