@@ -45,7 +45,7 @@ namespace DjangoJobQueue.Conformance
             {
                 n++;
                 var step = item as JsonObject;
-                string verb = step == null ? "" : (Verbs.Get(step, "verb") as JsonPrimitive ?? new JsonPrimitive("")).ToString().Trim('"');
+                string verb = step == null ? "" : CanonicalVerb(StrOf(First(step, "verb", "call", "op")) ?? "");
                 try
                 {
                     if (step == null) throw new ScenarioError("a step is not an object");
@@ -58,14 +58,47 @@ namespace DjangoJobQueue.Conformance
             }
         }
 
+        /// <summary>A step's member under the first of its names that is present (null if none).</summary>
+        static JsonValue First(JsonObject step, params string[] names)
+        {
+            foreach (string name in names)
+            {
+                if (step.ContainsKey(name)) return Verbs.Get(step, name);
+            }
+            return null;
+        }
+
+        static bool Has(JsonObject step, params string[] names)
+        {
+            return names.Any(step.ContainsKey);
+        }
+
+        /// <summary>A verb's canonical name: <c>ids_add</c>, <c>id.add</c> are <c>ids.add</c>; <c>worker.claim</c> is <c>claim</c>.</summary>
+        public static string CanonicalVerb(string name)
+        {
+            string verb = name.Trim();
+            if (verb.StartsWith("worker.", StringComparison.Ordinal) || verb.StartsWith("worker_", StringComparison.Ordinal)) verb = verb.Substring(7);
+            foreach (string prefix in new[] { "ids_", "id_", "id.", "ids." })
+            {
+                if (verb.StartsWith(prefix, StringComparison.Ordinal)) return "ids." + verb.Substring(prefix.Length);
+            }
+            switch (verb)
+            {
+                case "get": return "get_job";
+                case "batch": case "enqueue_many": return "enqueue_batch";
+                case "stop": return "stop_worker";
+                default: return verb;
+            }
+        }
+
         async Task Step(JsonObject step, string verb)
         {
-            string role = Str(step, "token") ?? "all";
-            JsonValue argsValue = Verbs.Get(step, "args");
+            string role = StrOf(First(step, "token", "role", "as")) ?? "all";
+            JsonValue argsValue = First(step, "args", "params", "with", "input");
             var args = argsValue == null ? new JsonObject() : Resolve(argsValue) as JsonObject;
             if (args == null) throw new ScenarioError("args is not an object");
-            JsonValue expectedError = step.ContainsKey("error") ? Resolve(Verbs.Get(step, "error")) : null;
-            string save = Str(step, "save");
+            JsonValue errorValue = First(step, "error", "expect_error", "raises");
+            JsonValue expectedError = errorValue == null ? null : Resolve(errorValue);
             JsonValue answer;
             try
             {
@@ -75,17 +108,48 @@ namespace DjangoJobQueue.Conformance
             {
                 if (expectedError == null) throw new ScenarioError("unexpected " + Kind(e) + ": " + e.Message);
                 CheckError(expectedError, e);
-                if (save != null) saved[save] = ErrorJson(e);
+                Save(step, ErrorJson(e));
                 return;
             }
             if (expectedError != null)
                 throw new ScenarioError("expected " + Verbs.J(expectedError) + ", got the answer " + Verbs.J(answer));
-            if (step.ContainsKey("expect"))
+            if (Has(step, "expect", "expected", "result"))
             {
-                string problem = Mismatch(Resolve(Verbs.Get(step, "expect")), answer, "");
+                string problem = Mismatch(Resolve(First(step, "expect", "expected", "result")), answer, "");
                 if (problem != null) throw new ScenarioError(problem + " in " + Verbs.J(answer));
             }
-            if (save != null) saved[save] = answer;
+            Save(step, answer);
+        }
+
+        /// <summary><c>"save": "name"</c> keeps the whole answer; <c>"save": {"name": "path.in.answer"}</c> parts of it.</summary>
+        void Save(JsonObject step, JsonValue answer)
+        {
+            JsonValue save = Verbs.Get(step, "save");
+            if (save == null) return;
+            if (save.JsonType == JsonType.String)
+            {
+                saved[(string)save] = answer;
+                return;
+            }
+            var names = save as JsonObject;
+            if (names == null) return;
+            foreach (var member in names)
+            {
+                string path = StrOf(member.Value) ?? "";
+                JsonValue node = answer;
+                foreach (string part in path.TrimStart('$').TrimStart('.').Split('.').Where(p => p.Length > 0))
+                {
+                    int index;
+                    if (node is JsonArray && int.TryParse(part, NumberStyles.None, CultureInfo.InvariantCulture, out index))
+                        node = index < ((JsonArray)node).Count ? ((JsonArray)node)[index] : null;
+                    else if (node is JsonObject)
+                        node = Verbs.Get((JsonObject)node, part);
+                    else
+                        node = null;
+                    if (node == null) throw new ScenarioError("nothing at " + path + " to save in " + Verbs.J(answer));
+                }
+                saved[member.Key] = node;
+            }
         }
 
         JobQueueClient Client(string role)
@@ -101,7 +165,11 @@ namespace DjangoJobQueue.Conformance
 
         static string Str(JsonObject obj, string name)
         {
-            JsonValue value = Verbs.Get(obj, name);
+            return StrOf(Verbs.Get(obj, name));
+        }
+
+        static string StrOf(JsonValue value)
+        {
             return value != null && value.JsonType == JsonType.String ? (string)value : null;
         }
 
@@ -124,11 +192,23 @@ namespace DjangoJobQueue.Conformance
 
         static void CheckError(JsonValue expected, GatewayException e)
         {
-            string cls = expected is JsonObject ? Str((JsonObject)expected, "class") : null;
+            if (expected.JsonType == JsonType.String)
+            {
+                // A class (DuplicateJob) or a code (duplicate_job).
+                string want = (string)expected;
+                if (want != Kind(e) && want != e.Code && want != e.GetType().Name)
+                    throw new ScenarioError("expected " + want + ", got " + Kind(e) + ": " + e.Message);
+                return;
+            }
+            var wanted = JsonValue.Parse(expected.ToString()) as JsonObject;
+            if (wanted == null) throw new ScenarioError("an expected error is a class, a code or an object");
+            string cls = Str(wanted, "class") ?? Str(wanted, "type");
+            wanted.Remove("class");
+            wanted.Remove("type");
             if (cls != null && cls != Kind(e))
                 throw new ScenarioError("expected " + cls + ", got " + Kind(e) + ": " + e.Message);
             JsonObject actual = ErrorJson(e);
-            string problem = Mismatch(expected, actual, "");
+            string problem = Mismatch(wanted, actual, "");
             if (problem != null) throw new ScenarioError(problem + " in the error " + actual.ToString());
         }
 

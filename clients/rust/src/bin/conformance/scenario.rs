@@ -50,49 +50,83 @@ impl<'a> Scenario<'a> {
             .and_then(Value::as_array)
             .ok_or("no steps")?;
         for (n, step) in steps.iter().enumerate() {
-            let verb = step.get("verb").and_then(Value::as_str).unwrap_or("");
-            self.step(step, verb)
+            let name = first(step, &["verb", "call", "op"])
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let verb = canonical_verb(name);
+            self.step(step, &verb)
                 .map_err(|e| format!("step {} ({}): {}", n + 1, verb, e))?;
         }
         Ok(())
     }
 
     fn step(&mut self, step: &Value, verb: &str) -> Result<(), String> {
-        let role = step.get("token").and_then(Value::as_str).unwrap_or("all");
-        let args = match step.get("args") {
+        let role = first(step, &["token", "role", "as"])
+            .and_then(Value::as_str)
+            .unwrap_or("all");
+        let args = match first(step, &["args", "params", "with", "input"]) {
+            Some(Value::Null) | None => json!({}),
             Some(args) => self.resolve(args)?,
-            None => json!({}),
         };
         let args = args.as_object().ok_or("args is not an object")?.clone();
-        let expected_error = match step.get("error") {
+        let expected_error = match first(step, &["error", "expect_error", "raises"]) {
+            Some(Value::Null) | None => None,
             Some(error) => Some(self.resolve(error)?),
-            None => None,
         };
         let client = self.client(role)?;
-        let save = step.get("save").and_then(Value::as_str);
         match verbs::call(&client, verb, &args)? {
             Outcome::Refused(error) => {
                 let expected = expected_error
                     .ok_or_else(|| format!("unexpected {}: {}", error.kind(), error))?;
                 check_error(&expected, &error)?;
-                if let Some(name) = save {
-                    self.saved.insert(name.to_owned(), error_json(&error));
-                }
+                self.save(step, &error_json(&error))?;
             }
             Outcome::Answer(answer) => {
                 if let Some(expected) = expected_error {
                     return Err(format!("expected {}, got the answer {}", expected, answer));
                 }
-                if let Some(expected) = step.get("expect") {
+                if let Some(expected) = first(step, &["expect", "expected", "result"]) {
                     let expected = self.resolve(expected)?;
                     if let Some(problem) = mismatch(&expected, &answer, "") {
                         return Err(format!("{} in {}", problem, answer));
                     }
                 }
-                if let Some(name) = save {
-                    self.saved.insert(name.to_owned(), answer);
+                self.save(step, &answer)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `"save": "name"` keeps the whole answer; `"save": {"name": "path.in.answer"}` parts of it.
+    fn save(&mut self, step: &Value, answer: &Value) -> Result<(), String> {
+        match step.get("save") {
+            Some(Value::String(name)) => {
+                self.saved.insert(name.clone(), answer.clone());
+            }
+            Some(Value::Object(names)) => {
+                for (name, path) in names {
+                    let path = path.as_str().unwrap_or("");
+                    let mut node = Some(answer);
+                    for part in path
+                        .trim_start_matches('$')
+                        .trim_start_matches('.')
+                        .split('.')
+                        .filter(|p| !p.is_empty())
+                    {
+                        node = match node {
+                            Some(Value::Array(items)) => {
+                                part.parse::<usize>().ok().and_then(|i| items.get(i))
+                            }
+                            Some(Value::Object(members)) => members.get(part),
+                            _ => None,
+                        };
+                    }
+                    let value =
+                        node.ok_or_else(|| format!("nothing at {} to save in {}", path, answer))?;
+                    self.saved.insert(name.clone(), value.clone());
                 }
             }
+            _ => {}
         }
         Ok(())
     }
@@ -185,21 +219,62 @@ fn error_json(error: &Error) -> Value {
 }
 
 fn check_error(expected: &Value, error: &Error) -> Result<(), String> {
-    if let Some(class) = expected.get("class").and_then(Value::as_str) {
-        if class != error.kind() {
+    if let Value::String(want) = expected {
+        // A class (DuplicateJob) or a code (duplicate_job).
+        if want != error.kind() && want != error.code() {
             return Err(format!(
                 "expected {}, got {}: {}",
-                class,
+                want,
                 error.kind(),
                 error
             ));
         }
+        return Ok(());
+    }
+    let mut wanted = expected.clone();
+    if let Value::Object(members) = &mut wanted {
+        let class = members.remove("class").or_else(|| members.remove("type"));
+        if let Some(Value::String(class)) = class {
+            if class != error.kind() {
+                return Err(format!(
+                    "expected {}, got {}: {}",
+                    class,
+                    error.kind(),
+                    error
+                ));
+            }
+        }
     }
     let actual = error_json(error);
-    match mismatch(expected, &actual, "") {
+    match mismatch(&wanted, &actual, "") {
         Some(problem) => Err(format!("{} in the error {}", problem, actual)),
         None => Ok(()),
     }
+}
+
+/// A step's member under the first of its names that is present.
+fn first<'v>(step: &'v Value, names: &[&str]) -> Option<&'v Value> {
+    names.iter().find_map(|name| step.get(*name))
+}
+
+/// A verb's canonical name: `ids_add`, `id.add` are `ids.add`; `worker.claim` is `claim`.
+pub fn canonical_verb(name: &str) -> String {
+    let mut verb = name.trim();
+    if verb.starts_with("worker.") || verb.starts_with("worker_") {
+        verb = &verb[7..];
+    }
+    for prefix in ["ids_", "id_", "id.", "ids."] {
+        if let Some(rest) = verb.strip_prefix(prefix) {
+            return format!("ids.{}", rest);
+        }
+    }
+    match verb {
+        "get" => "get_job",
+        "batch" | "enqueue_many" => "enqueue_batch",
+        "stop" => "stop_worker",
+        other => other,
+    }
+    .to_owned()
 }
 
 /// Why `actual` does not contain `expected`, or None when it does.

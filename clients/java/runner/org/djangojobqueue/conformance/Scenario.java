@@ -48,7 +48,7 @@ final class Scenario {
         int n = 0;
         for (JsonNode step : steps) {
             n++;
-            String verb = step.path("verb").asText("");
+            String verb = verb(first(step, "verb", "call", "op").asText(""));
             try {
                 step(step, verb);
             } catch (ScenarioError e) {
@@ -57,10 +57,41 @@ final class Scenario {
         }
     }
 
+    /** A step's member under the first of its names that is present (missing node if none). */
+    private static JsonNode first(JsonNode step, String... names) {
+        for (String name : names) {
+            if (step.has(name)) {
+                return step.get(name);
+            }
+        }
+        return com.fasterxml.jackson.databind.node.MissingNode.getInstance();
+    }
+
+    /** A verb's canonical name: {@code ids_add}, {@code id.add} are {@code ids.add}; {@code worker.claim} is {@code claim}. */
+    static String verb(String name) {
+        String verb = name.trim();
+        if (verb.startsWith("worker.") || verb.startsWith("worker_")) {
+            verb = verb.substring(7);
+        }
+        for (String prefix : new String[] {"ids_", "id_", "id.", "ids."}) {
+            if (verb.startsWith(prefix)) {
+                return "ids." + verb.substring(prefix.length());
+            }
+        }
+        switch (verb) {
+            case "get": return "get_job";
+            case "batch": case "enqueue_many": return "enqueue_batch";
+            case "stop": return "stop_worker";
+            default: return verb;
+        }
+    }
+
     private void step(JsonNode step, String verb) {
-        Client client = client(step.path("token").asText("all"));
-        JsonNode args = resolve(step.path("args").isMissingNode() ? Verbs.JSON.createObjectNode() : step.get("args"));
-        JsonNode expectedError = step.get("error");
+        Client client = client(first(step, "token", "role", "as").asText("all"));
+        JsonNode rawArgs = first(step, "args", "params", "with", "input");
+        JsonNode args = resolve(rawArgs.isMissingNode() || rawArgs.isNull() ? Verbs.JSON.createObjectNode() : rawArgs);
+        JsonNode errorNode = first(step, "error", "expect_error", "raises");
+        JsonNode expectedError = errorNode.isMissingNode() || errorNode.isNull() ? null : errorNode;
         JsonNode answer;
         try {
             answer = Verbs.call(client, verb, args);
@@ -69,23 +100,46 @@ final class Scenario {
                 throw new ScenarioError("unexpected " + kind(e) + ": " + e.getMessage());
             }
             checkError(resolve(expectedError), e);
-            if (step.hasNonNull("save")) {
-                saved.set(step.get("save").asText(), error(e));
-            }
+            save(step, error(e));
             return;
         }
         if (expectedError != null) {
             throw new ScenarioError("expected " + expectedError + ", got the answer " + answer);
         }
-        if (step.has("expect")) {
-            String problem = mismatch(resolve(step.get("expect")), answer, "");
+        JsonNode expected = first(step, "expect", "expected", "result");
+        if (!expected.isMissingNode()) {
+            String problem = mismatch(resolve(expected), answer, "");
             if (problem != null) {
                 throw new ScenarioError(problem + " in " + answer);
             }
         }
-        if (step.hasNonNull("save")) {
-            saved.set(step.get("save").asText(), answer);
+        save(step, answer);
+    }
+
+    /** {@code "save": "name"} keeps the whole answer; {@code "save": {"name": "path.in.answer"}} parts of it. */
+    private void save(JsonNode step, JsonNode answer) {
+        JsonNode save = step.get("save");
+        if (save == null || save.isNull()) {
+            return;
         }
+        if (save.isTextual()) {
+            saved.set(save.asText(), answer);
+            return;
+        }
+        save.fields().forEachRemaining(entry -> {
+            JsonNode node = answer;
+            for (String part : entry.getValue().asText().replaceFirst("^\\$\\.?", "").split("\\.")) {
+                if (part.isEmpty()) {
+                    continue;
+                }
+                node = node != null && node.isArray() && part.matches("\\d+") ? node.get(Integer.parseInt(part))
+                        : node == null ? null : node.get(part);
+            }
+            if (node == null) {
+                throw new ScenarioError("nothing at " + entry.getValue().asText() + " to save in " + answer);
+            }
+            saved.set(entry.getKey(), node);
+        });
     }
 
     private Client client(String role) {
@@ -109,10 +163,22 @@ final class Scenario {
     }
 
     private static void checkError(JsonNode expected, GatewayException e) {
-        if (expected.hasNonNull("class") && !expected.get("class").asText().equals(kind(e))) {
-            throw new ScenarioError("expected " + expected.get("class").asText() + ", got " + kind(e) + ": " + e.getMessage());
+        if (expected.isTextual()) {
+            // A class (DuplicateJob) or a code (duplicate_job).
+            String want = expected.asText();
+            if (!want.equals(kind(e)) && !want.equals(e.code()) && !want.equals(kind(e) + "Exception")) {
+                throw new ScenarioError("expected " + want + ", got " + kind(e) + ": " + e.getMessage());
+            }
+            return;
         }
-        String problem = mismatch(expected, error(e), "");
+        JsonNode cls = expected.has("class") ? expected.get("class") : expected.get("type");
+        if (cls != null && !cls.isNull() && !cls.asText().equals(kind(e))) {
+            throw new ScenarioError("expected " + cls.asText() + ", got " + kind(e) + ": " + e.getMessage());
+        }
+        ObjectNode wanted = ((ObjectNode) expected).deepCopy();
+        wanted.remove("class");
+        wanted.remove("type");
+        String problem = mismatch(wanted, error(e), "");
         if (problem != null) {
             throw new ScenarioError(problem + " in the error " + error(e));
         }
