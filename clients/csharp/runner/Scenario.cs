@@ -9,7 +9,19 @@ using DjangoJobQueue.Client;
 
 namespace DjangoJobQueue.Conformance
 {
-    /// <summary>One scenario: its steps, run in order through the client, with the values they saved.</summary>
+    /// <summary>
+    /// One scenario: its steps, run in order through the client, with the values they saved.
+    /// A scenario is {"name", "steps": [step, ...]}; a step is
+    /// {"verb" (or "call", "op"), "args" ("with", "params", "input"): the gateway's field names,
+    ///  "token" ("as", "role"): a role of JOBQUEUE_TOKENS (default "all"),
+    ///  "expect" ("expected", "result"): a subset of the answer's JSON,
+    ///  "error" ("raises", "expect_error"): a class (DuplicateJob), a code (duplicate_job), or a
+    ///    subset of the error body plus "status", "class", "code",
+    ///  "save": a name for the answer (or the error), or {name: "path.in.answer"}}.
+    /// In args and expectations "$name.path" is a saved value and "${name.path}" interpolates one;
+    /// ${run} is unique to the run. Verbs: enqueue, enqueue_batch, get_job, cancel, retry,
+    /// ids.add|set|update|cancel|get|list, register, claim, heartbeat, complete, fail, stop_worker.
+    /// </summary>
     sealed class Scenario
     {
         readonly string url;
