@@ -23,7 +23,8 @@ soak:
 	scripts/start-fault-servers postgres
 	exec .venv/bin/python bench/soak.py
 
-# ruff, mypy (django-stubs) and import-linter's layer contracts (pyproject.toml). mypy
+# ruff, mypy (django-stubs) and import-linter's layer contracts (pyproject.toml), and
+# cargo fmt --check on clients/rust (a missing cargo fails lint). mypy
 # reads the gateway's, prometheus-client's, psycopg's and httpx's types (wheels); no mysqlclient, so lint needs
 # no C headers.
 lint:
@@ -32,6 +33,9 @@ lint:
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 	.venv/bin/lint-imports --no-cache
+	@command -v cargo >/dev/null 2>&1 && cargo fmt --version >/dev/null 2>&1 \
+		|| { echo "lint: FAILED: no cargo fmt for clients/rust (apt-get install cargo rustfmt)" >&2; exit 1; }
+	cd clients/rust && cargo fmt --check
 
 # Ours on PostgreSQL, MariaDB and SQLite (bench/run.py's docstring): a table, JSON in
 # .artifacts/bench/ and the README's "Benchmarks (last run)". About 10 minutes;
