@@ -1,4 +1,4 @@
-"""Cost of the connection check a worker makes before each handler (issue 11 item 1).
+"""Cost of the connection check a worker makes before each handler.
 
 Run by hand (not part of ``make test``)::
 

@@ -11,7 +11,7 @@ Cases, each on an emptied table after a short warm-up:
 
 - ``single``: ``enqueue_job`` in autocommit, one job per transaction;
 - ``in_txn``: 5,000 ``enqueue_job`` inside one ``transaction.atomic()``;
-- ``add_id``: ``Queue.add(id=...)``, a fresh id each (seed 002);
+- ``add_id``: ``Queue.add(id=...)``, a fresh id each (docs/design.md#ids);
 - ``unique``: ``enqueue_job(unique_key=...)``, a fresh key each;
 - ``bulk``: ``enqueue_many`` of 5,000 jobs in one call (skipped by a tree without it).
 

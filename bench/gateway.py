@@ -1,5 +1,5 @@
 """Enqueue throughput through the HTTP gateway against in-process enqueueing, on
-PostgreSQL, in one run (issue 12, "Served for real").
+PostgreSQL, in one run.
 
 Not a test: run it by hand (it needs the ``bench``, ``client`` and ``postgres``
 extras)::

@@ -1,4 +1,4 @@
-"""Soak: mixed enqueue and drain under faults, on the fault PostgreSQL (issue 11 item 9).
+"""Soak: mixed enqueue and drain under faults, on the fault PostgreSQL.
 
 Run with ``make soak`` (not part of ``make test``), about 10 minutes::
 

@@ -144,7 +144,7 @@ NEWSLETTER_EDITORS = env.list("NEWSLETTER_EDITORS", default=["editors@example.co
 JOBQUEUE = {
     # Pro licence (optional): Core works without one.
     "LICENCE_KEY": env.str("JOBQUEUE_LICENCE_KEY", default=""),
-    # Worker threads per `runworkers` process (seed 004 QueueConfig.Concurrent).
+    # Worker threads per `runworkers` process (README, "Configuration").
     "CONCURRENCY": 4,
     # Idle sleep of the governor, ms: grows from MIN to MAX while queues are empty.
     "MIN_SLEEP_MS": 50,
@@ -160,7 +160,7 @@ JOBQUEUE = {
     "BACKOFF_JITTER": 0.25,
     # Run time limit of one attempt, ms, unless the job type says otherwise.
     "DEFAULT_TIMEOUT_MS": 60_000,
-    # Per-queue options (seed 002): dead letters stay 14 days on "newsletter".
+    # Per-queue options (docs/design.md#ids): dead letters stay 14 days on "newsletter".
     "QUEUES": {"newsletter": {"keep": "14d"}},
     # How long dead letters and done jobs stay before `manage.py jobqueue prune`.
     "KEEP": "7d",

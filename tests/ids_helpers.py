@@ -1,4 +1,4 @@
-"""Helpers of the job id tests (tests/test_ids*.py, seed 002): their queue and id, a
+"""Helpers of the job id tests (tests/test_ids*.py, docs/design.md#ids): their queue and id, a
 worker's claim of their jobs, and the job holding an id.
 """
 

@@ -1,4 +1,4 @@
-"""One clock, one precision (issue 10, item 2): every time the package writes and
+"""One clock, one precision: every time the package writes and
 compares is in one form, to the microsecond, on every database (django_jobqueue.core.dbclock).
 
 No test waits for the clock: "due", "expired" and "held" are asked right after the

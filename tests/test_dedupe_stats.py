@@ -1,4 +1,4 @@
-"""Deduplicated enqueues in the per-minute stats (issue 13 item 3; workerstats.CreateStats).
+"""Deduplicated enqueues in the per-minute stats (workerstats.CreateStats).
 
 Every create path that turns an enqueue away counts it; the process writes the
 counts in one upsert once they are due, never inside the caller's transaction, and

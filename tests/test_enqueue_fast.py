@@ -1,4 +1,4 @@
-"""The one-statement enqueue and the bulk enqueue (issue 15 items 1 and 2).
+"""The one-statement enqueue and the bulk enqueue.
 
 The raw insert must write the row the ORM wrote, column for column, on every
 database; a plain enqueue is one statement; a PostgreSQL wake-up rides the insert
@@ -48,7 +48,7 @@ def _raw_row(jid):
 
 
 def _orm_insert(spec):
-    """The ORM path of the code before issue 15, kept here as the reference."""
+    """The ORM path of an enqueue, kept here as the reference the raw insert must match."""
     jid = uuid.uuid4().hex
     Job(**spec.model_fields(jid)).save(force_insert=True, using=spec.using)
     return jid

@@ -1,4 +1,4 @@
-"""Job ids (seed 002): the table of the four calls (add, set, update, cancel) by the
+"""Job ids (docs/design.md#ids): the table of the four calls (add, set, update, cancel) by the
 job's state, what happens around it, get, Queue handles and the async twins.
 
 Byte-exact ids and list()'s pages are in tests/test_ids_pages.py; debounce, throttle,

@@ -1,4 +1,4 @@
-"""Job ids (seed 002) byte for byte, and pages: ids of 1 to 1024 bytes compared byte
+"""Job ids (docs/design.md#ids) byte for byte, and pages: ids of 1 to 1024 bytes compared byte
 for byte, and list() by prefix and state, a page at a time (at most 1000 jobs and
 4 MiB of values).
 """

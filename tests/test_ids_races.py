@@ -1,4 +1,4 @@
-"""Job ids (seed 002) over time and under concurrency: debounce, throttle and dedupe
+"""Job ids (docs/design.md#ids) over time and under concurrency: debounce, throttle and dedupe
 (tests that sleep), and update, cancel and set racing the workers' claims.
 
 Jobs are claimed and finished directly with the worker's storage calls, never by

@@ -1,7 +1,7 @@
 """Migration 0006 on PostgreSQL: the hold indexes are partial, the jid LIKE index gone.
 
-A plain job writes no entry into the indexes of ids and unique keys (issue 15,
-"Enqueue"); the holds are still unique per queue, and the migration runs back and
+A plain job writes no entry into the indexes of ids and unique keys (README,
+"Speed"); the holds are still unique per queue, and the migration runs back and
 forth.
 """
 

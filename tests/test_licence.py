@@ -1,4 +1,4 @@
-"""Tests of the licence (seed 000 "Pro" gate, issue 5 item 4): verify_licence on valid,
+"""Tests of the licence (the Pro gate, docs/design.md#core-and-pro): verify_licence on valid,
 expired, tampered, wrongly signed, missing and malformed keys, and the trusted public
 keys in any encoding.
 

@@ -1,4 +1,4 @@
-"""Tests of the licence (seed 000 "Pro" gate, issue 5 item 4): issue_licence,
+"""Tests of the licence (the Pro gate, docs/design.md#core-and-pro): issue_licence,
 describe_licence, and the command line (keygen, issue, verify).
 
 Every test makes its own Ed25519 key pairs; none makes a network call.

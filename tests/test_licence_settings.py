@@ -1,4 +1,4 @@
-"""Tests of the project's licence (seed 000 "Pro" gate, issue 5 item 4): the
+"""Tests of the project's licence (the Pro gate, docs/design.md#core-and-pro): the
 ``JOBQUEUE`` setting read by current_licence, require_pro and the system check.
 
 Every test makes its own Ed25519 key pairs; none makes a network call. The tests

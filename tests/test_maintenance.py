@@ -119,7 +119,7 @@ def test_cancel_jobs__waiting_cancelled_and_running_asked_to_stop() -> None:
     waiting.refresh_from_db()
     assert waiting.status == JobStatus.CANCELLED
     assert waiting.waiting is False
-    assert waiting.job_id_hash is None  # seed 002: cancel removes it, the id is free
+    assert waiting.job_id_hash is None  # docs/design.md#ids: cancel frees the id
     assert waiting.finished_at is not None
     retry.refresh_from_db()
     assert retry.status == JobStatus.CANCELLED

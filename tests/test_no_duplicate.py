@@ -1,4 +1,4 @@
-"""No duplicate job, ever (issue 3; seed 004 "Duplicate-job locking").
+"""No duplicate job, ever (docs/design.md#creation).
 
 Real threads and processes race on the real server (PostgreSQL, MariaDB, SQLite).
 The tests assert counts and states; settle times are printed and appended to

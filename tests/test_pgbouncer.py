@@ -1,4 +1,4 @@
-"""PostgreSQL through PgBouncer in transaction pooling mode (issue 11 item 7).
+"""PostgreSQL through PgBouncer in transaction pooling mode.
 
 scripts/test's pgbouncer leg runs ``pytest -m pgbouncer`` with ``DATABASE_URL`` on
 scripts/start-pgbouncer's pooler and ``JOBQUEUE_TEST_PGBOUNCER`` naming the server

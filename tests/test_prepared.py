@@ -1,4 +1,4 @@
-"""Prepared statements on PostgreSQL (django_jobqueue.core.prepared, issue 15 item 1).
+"""Prepared statements on PostgreSQL (django_jobqueue.core.prepared).
 
 The insert and the claim are prepared on the session once and reused; a project
 that sets psycopg's ``prepare_threshold`` (None behind a transaction pooler) keeps

@@ -1,5 +1,5 @@
 """Callers that write nothing let go at once; lock connections end with their thread;
-a cancel frees the unique key and the id; payload and result sizes (issue 11 items 3-6).
+a cancel frees the unique key and the id; payload and result sizes.
 
 Real threads on the real server (PostgreSQL, MariaDB, SQLite). Settle times are
 printed and appended to ``tests.no_duplicate_helpers.RESULTS_FILE``, never asserted.

@@ -1,4 +1,4 @@
-"""Schedules (issue 6, seed 004 ScheduleJob): one job per (plan, tick) across
+"""Schedules (docs/design.md#plans): one job per (plan, tick) across
 processes, downtime with catch_up on and off, DST, and one-off plans.
 
 Declared plans, the operators' calls, the command, the admin's actions and the

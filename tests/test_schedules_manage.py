@@ -1,4 +1,4 @@
-"""Schedules (issue 6, seed 004 ScheduleJob) managed: plans declared in settings or by
+"""Schedules (docs/design.md#plans) managed: plans declared in settings or by
 ``@job(cron=...)`` and synced, the operators' enable, disable and run now (the API,
 ``manage.py jobqueue schedules`` and the admin's actions), broken plans, and the
 foreman's sync at start.

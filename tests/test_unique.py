@@ -1,4 +1,6 @@
-"""Unique jobs (seed 000): modes, TTL, holder-only release, per-queue keys, Pro gate.
+"""Unique jobs: modes, TTL, holder-only release, per-queue keys, Pro gate.
+
+The rules are docs/design.md#unique-keys.
 
 States are reached with the worker's own storage transitions (claim, complete,
 fail), so each test pins one rule without waiting for a worker; the seed's own

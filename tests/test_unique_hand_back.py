@@ -1,4 +1,4 @@
-"""A job handed back unrun takes its ``until_executing`` hold again (seed 000).
+"""A job handed back unrun takes its ``until_executing`` hold again (docs/design.md#unique-keys).
 
 The claim ends an ``until_executing`` hold; a hand-back undoes the claim, so the
 job, waiting again and never run, holds its key again and an identical enqueue is

@@ -1,4 +1,7 @@
-"""Seed 000's own examples, run by real workers through ``ctx.enqueue_job``."""
+"""The unique-key examples of docs/design.md#unique-keys, run by real workers.
+
+Each handler enqueues through ``ctx.enqueue_job``.
+"""
 
 from __future__ import annotations
 

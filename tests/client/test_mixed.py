@@ -1,4 +1,4 @@
-"""Gateway workers and runworkers together (issue 12): a Python client worker (and the
+"""Gateway workers and runworkers together: a Python client worker (and the
 TypeScript client's Node worker, when clients/typescript/ exists) run 500 jobs through
 the gateway while a ``runworkers`` process runs 500 others; each job runs once, counted
 in the side table (RunRecord), and a report under a lost lease answers 409.

@@ -1,4 +1,4 @@
-"""A real browser over the console: Playwright driving Debian's chromium (issue 13).
+"""A real browser over the console: Playwright driving Debian's chromium.
 
 Playwright never downloads a browser here: it launches /usr/bin/chromium, which
 scripts/test installs with apt when it is missing. Screenshots of every page go to

@@ -1,4 +1,7 @@
-"""The console's Pro routes: 404 without a valid licence, 200 with one (seed 000)."""
+"""The console's Pro routes: 404 without a valid licence, 200 with one.
+
+The split is docs/design.md#core-and-pro.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The console's pages and actions, as every kind of user (issue 13 items 4-6, 10)."""
+"""The console's pages and actions, as every kind of user."""
 
 from __future__ import annotations
 

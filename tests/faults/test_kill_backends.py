@@ -1,4 +1,4 @@
-"""Kill every worker session mid-drain, on each fault server (issue 11 item 8)."""
+"""Kill every worker session mid-drain, on each fault server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kill the listener's session, then enqueue: the jobs start at once (issue 11 item 2, 8).
+"""Kill the listener's session, then enqueue: the jobs start at once.
 
 PostgreSQL only: MariaDB has no LISTEN/NOTIFY (its workers poll), so there is no
 listener to kill there.
@@ -17,7 +17,7 @@ from tests.faults.conftest import FaultDatabase, stop_workers, wait_until
 pytestmark = pytest.mark.faults
 
 BATCH = 10
-#: The bound of issue 11 item 2 is 1 s; the margin absorbs a loaded test machine.
+#: The listener's catch-up bound is 1 s; the margin absorbs a loaded test machine.
 PICKUP_BOUND_S = 1.5
 
 LISTENERS_SQL = (
@@ -56,8 +56,8 @@ def test_kill_the_listener__jobs_enqueued_a_second_later_start_within_a_second(
     workers' sleeps have grown to 6.4 s when the listener's backend is terminated
     (``pg_terminate_backend`` of the session whose query is ``LISTEN ...``); jobs
     enqueued 1 s later must still start within :data:`PICKUP_BOUND_S`, as they did
-    before the kill. Before issue 11 the listener paused 5 s and did not catch up, so
-    they waited for the end of a long sleep (13.8 s in the issue, 3.7 s here)."""
+    before the kill. A listener that paused 5 s after losing its session and did not
+    catch up made them wait for the end of a long sleep (3.7 s here)."""
     log = tmp_path / "workers.log"
     proc = fault_db.start_workers(
         "--concurrency", "4", "--max-sleep", "20000", "--lease", "10000", log=log

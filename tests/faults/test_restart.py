@@ -1,4 +1,4 @@
-"""Restart the database server mid-drain, on each fault server (issue 11 item 8).
+"""Restart the database server mid-drain, on each fault server.
 
 2,000 ``worker.record`` jobs, 2 processes x 4 threads, a lease of 10 s and a restart
 of about 2.5 s (``scripts/start-fault-servers restart``), measured and checked to be

@@ -1,4 +1,4 @@
-"""Seed 002's id verbs, the worker protocol and the Pro routes over HTTP."""
+"""The id verbs (docs/design.md#ids), the worker protocol and the Pro routes over HTTP."""
 
 from __future__ import annotations
 

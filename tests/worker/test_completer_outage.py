@@ -1,4 +1,4 @@
-"""The completer's outage retry follows the lease the database holds (issue 11 item 1).
+"""The completer's outage retry follows the lease the database holds.
 
 A batched ``done`` write that meets an unreachable database is tried again until
 just before the batch's earliest lease expires. That expiry is the job's

@@ -1,4 +1,4 @@
-"""Dead connections under a running worker (issue 11 item 1), on real servers.
+"""Dead connections under a running worker, on real servers.
 
 The server closes the worker's idle sessions (PostgreSQL ``idle_session_timeout``,
 MariaDB ``wait_timeout``, set per session for every thread but the test's), or the

@@ -1,4 +1,4 @@
-"""The worker wired to the registry, pauses and stats (issue 13 items 1-3).
+"""The worker wired to the registry, pauses and stats.
 
 Real ``runworkers`` subprocesses where a process matters: a pause seen by a running
 worker, an idle worker live in ``jobqueue status`` and the console, a SIGKILLed one

@@ -1,6 +1,6 @@
 /**
  * The producer side of the gateway (docs/gateway.md, "Routes"): enqueue, batches,
- * seed 002's id verbs, a job by jid, cancel and retry; plus the worker protocol's
+ * the id verbs (docs/design.md#ids), a job by jid, cancel and retry; plus the worker protocol's
  * raw calls, which {@link Worker} drives.
  *
  * Options go in camelCase (`maxRetry`); answers are the gateway's JSON as
@@ -40,7 +40,7 @@ export interface EnqueueOptions {
   uniqueKey?: string;
   uniqueMode?: "while_locked" | "until_executing" | "until_executed";
   uniqueTtlMs?: number;
-  /** A seed 002 id the job holds; a held id is a {@link DuplicateJob}. */
+  /** An id the job holds (docs/design.md#ids); a held id is a {@link DuplicateJob}. */
   id?: string;
 }
 
@@ -64,7 +64,7 @@ export interface ErrorEntry {
   at: string | null;
 }
 
-/** Seed 002's state words. */
+/** The state words of docs/design.md#states. */
 export type JobState = "scheduled" | "waiting" | "running" | "failed" | "done" | "cancelled";
 
 /** A job by jid (`GET /sdk/jobs/{jid}`); payload and result null for a secure type. */
@@ -90,7 +90,7 @@ export interface Job {
   expires_at: string | null;
 }
 
-/** Seed 002's Job, as the id verbs `get` and `list` show it. */
+/** A job, as the id verbs `get` and `list` show it. */
 export interface IdJob {
   id: string | null;
   value: unknown;
@@ -236,7 +236,7 @@ function idValueBody(value: IdValue): Record<string, unknown> {
   return compact({ value: value.value, job_type: value.jobType, at: isoTime(value.at), delay: value.delay });
 }
 
-/** Seed 002's id verbs on one client: `client.ids.add(queue, id, {value})`. */
+/** The id verbs (docs/design.md#ids) on one client: `client.ids.add(queue, id, {value})`. */
 export class IdVerbs {
   constructor(private readonly client: Client) {}
 
@@ -286,7 +286,7 @@ export class IdVerbs {
 export class Client {
   /** The gateway's root, ending in `/sdk`. */
   readonly baseUrl: string;
-  /** Seed 002's id verbs. */
+  /** The id verbs (docs/design.md#ids). */
   readonly ids: IdVerbs;
   private readonly token: string;
   private readonly timeoutMs: number;

@@ -14,7 +14,7 @@ export interface JobContext {
   readonly jid: string;
   readonly queue: string;
   readonly jobType: string;
-  /** The seed 002 id the job holds, or null. */
+  /** The id the job holds (docs/design.md#ids), or null. */
   readonly id: string | null;
   /** 1 on the first run. */
   readonly attempt: number;

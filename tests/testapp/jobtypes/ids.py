@@ -1,4 +1,4 @@
-"""Job types of the job id tests (tests/test_ids*.py, seed 002)."""
+"""Job types of the job id tests (tests/test_ids*.py, docs/design.md#ids)."""
 
 from __future__ import annotations
 

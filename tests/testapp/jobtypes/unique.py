@@ -1,4 +1,4 @@
-"""Job types of the unique-key tests (seed 000)."""
+"""Job types of the unique-key tests (docs/design.md#unique-keys)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,17 @@ def opt(payload: Any, ctx: Any) -> Any:
 
 @job("unique.slow", queue=QUEUE)
 def uniqueslow(payload: Any, ctx: Any) -> Any:
-    """Run about ``payload["seconds"]`` seconds (seed 000's ~2 s ``conf.uniqueslow``)."""
+    """Run about ``payload["seconds"]`` seconds (2 s by default)."""
     time.sleep(payload.get("seconds", 2))
     return payload
 
 
 @job("unique.produce_options", queue=QUEUE)
 def produce_options(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    """Seed 000 "Core: while_locked": the second enqueue reuses the key and is deduplicated."""
+    """Core ``while_locked``: the second enqueue reuses the key and is deduplicated.
+
+    The mode is docs/design.md#unique-keys.
+    """
     key = "optkey-" + payload["probe"]
     r1 = ctx.enqueue_job(
         QUEUE, "unique.opt", {"probe": payload["probe"], "tag": "first"},
@@ -40,7 +43,10 @@ def produce_options(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
 @job("unique.produce_unique", queue=QUEUE)
 def produce_unique(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    """Seed 000 "Pro: until_executed": n=2 reuses the key while n=1 is pending or running."""
+    """Pro ``until_executed``: n=2 reuses the key while n=1 is pending or running.
+
+    The mode is docs/design.md#unique-keys.
+    """
     key = "um-" + payload["probe"]
     r1 = ctx.enqueue_job(
         QUEUE, "unique.slow", {"probe": payload["probe"], "n": 1, "seconds": 2},
