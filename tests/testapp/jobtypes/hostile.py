@@ -1,4 +1,4 @@
-"""Job types of the adversarial tests (tests/test_adversarial.py): hostile outcomes."""
+"""Job types of the hostile-input tests (tests/test_hostile_input.py): hostile outcomes."""
 
 from __future__ import annotations
 

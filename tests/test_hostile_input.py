@@ -131,7 +131,7 @@ def test_worker__unprintable_error_is_stored_as_the_attempts_failure(kind: str) 
     job = Job.objects.get(jid=jid)
     assert (outcomes, job.status) == ({"max_retry": 1}, JobStatus.MAX_RETRY)
     assert job.message.startswith(("ValueError: bad", "_BrokenStr"))
-    assert "adversarial.py" in job.errors[0]["traceback"]
+    assert "hostile.py" in job.errors[0]["traceback"]
 
 
 @pytest.mark.parametrize("delay", ["99999999999d", 10**20, "1" * 400])

@@ -1,4 +1,4 @@
-"""Adversarial checks of enqueue_many's shared validation and the PostgreSQL many-row insert.
+"""enqueue_many's shared validation and the PostgreSQL many-row insert, under hostile input.
 
 Two ``at`` datetimes in the same zone that differ only by ``fold`` (the two
 readings of a wall time in the hour a DST change repeats) compare and hash equal

@@ -1,4 +1,4 @@
-"""Adversarial checks of the claim-ahead: short jobs (the adaptive prefetch on), stops
+"""The claim-ahead under stops: short jobs (the adaptive prefetch on), stops
 and forced stops at random points of a drain, per-type limits under it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Adversarial checks of the one-runner wake-up: no job waits out an idle runner's
+"""The one-runner wake-up: no job waits out an idle runner's
 long sleep while the foreman could have polled or was told about it."""
 
 from __future__ import annotations
