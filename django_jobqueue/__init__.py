@@ -14,7 +14,10 @@ import the package before the app registry is ready. Every other public name is
 imported on first use (PEP 562 ``__getattr__``), from the module that defines it, and
 like Django's own model imports it needs the apps populating.
 
-Layers. A module imports only from layers below its own (pyproject.toml's
+The design (vocabulary, states, guarantees, locking, layers) is docs/design.md; docstrings
+cite its sections by anchor (``docs/design.md#ids``).
+
+Layers (docs/design.md#layers). A module imports only from layers below its own (pyproject.toml's
 ``[tool.importlinter]`` contracts, checked by ``lint-imports``); modules of one layer
 joined by ``|`` know nothing of each other, those joined by ``:`` may import each
 other. Top to bottom:

@@ -86,7 +86,7 @@ def create_many(specs: Sequence[JobSpec], *, refuse_held_ids: bool = False) -> l
         With ``refuse_held_ids``: the first job whose id is held, its ``index`` and
         the ``holder_jid``. Nothing is written.
 
-    Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob, for a batch.
+    Implements: docs/design.md#creation.
     """
     if not specs:
         return []
@@ -96,7 +96,7 @@ def create_many(specs: Sequence[JobSpec], *, refuse_held_ids: bool = False) -> l
     results = locks.retry_when_locked(
         using, _create, specs, timeout_ms, refuse_held_ids, timeout_ms=timeout_ms
     )
-    count_deduplicated(specs, results)  # issue 13: for the dedupe audit, written in batches
+    count_deduplicated(specs, results)  # for the dedupe audit, written in batches
     return results
 
 

@@ -136,10 +136,10 @@ def create_job(spec: JobSpec) -> EnqueueResult:
     A thin public name for the manager's creation: answers and errors are those of
     :meth:`django_jobqueue.store.managers.JobManager.create_job`.
 
-    Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob; seed 000 unique jobs.
+    Implements: docs/design.md#creation, docs/design.md#unique-keys.
     """
     result = Job.objects.create_job(spec)
-    if result.deduplicated:  # issue 13: counted for the dedupe audit, written in batches
+    if result.deduplicated:  # counted for the dedupe audit, written in batches
         count_deduplicated([spec], [result])
     return result
 
@@ -193,7 +193,7 @@ def enqueue_job(
 
     Nothing is written when an error is raised.
 
-    Implements: seed 000 (enqueue_job, unique jobs); seed 004 Foreman.AddJob.
+    Implements: docs/design.md#unique-keys, docs/design.md#execution.
     """
     _check_options(options, _OPTIONS)
     return create_job(build_job(queue, job_type, payload, **options))
@@ -206,7 +206,7 @@ _OPTIONS = frozenset(
         "unique_key", "unique_mode", "unique_ttl_ms",
     }
 )  # fmt: skip
-#: The options of a job of :func:`enqueue_many`: those, and a seed 002 id.
+#: The options of a job of :func:`enqueue_many`: those, and an id.
 _MANY_OPTIONS = _OPTIONS | {"job_id"}
 
 
@@ -231,8 +231,8 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     ----------
     jobs:
         One mapping per job: ``{"queue": ..., "job_type": ..., "payload": ...,
-        **options}``, with the options of :func:`enqueue_job` and ``job_id`` (a
-        seed 002 id, 1 to 1,024 bytes). ``queue`` may be left out or None (the job
+        **options}``, with the options of :func:`enqueue_job` and ``job_id`` (an
+        id, 1 to 1,024 bytes: docs/design.md#ids). ``queue`` may be left out or None (the job
         type's queue); ``payload`` defaults to None.
 
     Returns
@@ -254,7 +254,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     LockTimeout, WrongDatabase
         See :func:`create_job`; nothing is written.
 
-    Implements: issue 15 "Bulk enqueue"; seed 000 unique jobs; seed 004 CreateJob.
+    Implements: docs/design.md#unique-keys, docs/design.md#creation.
     """
     from .bulk import create_many  # deferred: it needs the models at call time only
 

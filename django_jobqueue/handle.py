@@ -111,7 +111,7 @@ class JobHandle:
         """Async twin of :meth:`enqueue`."""
         return await sync_to_async(self.enqueue)(payload, **options)
 
-    # Seed 002 ids: on the job type's queue; see django_jobqueue.ids.Queue.
+    # Ids (docs/design.md#ids): on the job type's queue; see django_jobqueue.ids.Queue.
 
     def add(self, value: Any = None, **options: Any) -> bool:
         """Add a job of this type unless its id is taken; see :meth:`ids.Queue.add`."""
@@ -216,10 +216,10 @@ def job(
     secure:
         Never show payload or result in the admin, the console or logs.
     dedupe, keep:
-        Seed 002 queue options for this type: how long a done job keeps its id, how
+        The id options (docs/design.md#ids) for this type: how long a done job keeps its id, how
         long a dead letter stays (durations).
     cron, timezone, catch_up:
-        A periodic plan of this type named after it (issue 6): a cron expression
+        A periodic plan of this type named after it: a cron expression
         such as ``"0 3 * * *"`` read in ``timezone`` (IANA, default ``"UTC"``);
         ``catch_up`` runs once for ticks missed during downtime (default False:
         skip them). Synced to the table when a foreman starts.
@@ -234,7 +234,7 @@ def job(
     ImproperlyConfiguredJobQueue
         If an option is invalid, or ``name`` is already registered to another function.
 
-    Implements: seed 004 "type JobDescription", Foreman.AddWorker.
+    Implements: docs/design.md#execution.
     """
     options = {
         "queue": queue,

@@ -7,16 +7,16 @@ operator changed) in the meantime is left alone and not counted.
 
 Policy
 ------
-- **Retry** (seed 002 "failed ... starts it again, its attempts from one"): a dead
+- **Retry** (docs/design.md#ids): a dead
   letter (``error``, ``max_retry``) goes back to ``init``, due now, ``attempt`` 0 (its
   next run is attempt 1), ``finished_at`` cleared; its ``errors`` list stays as
   history. An id it still holds is held again until it finishes. A waiting job
   (``init``, ``retry``) becomes due now.
-- **Cancel**: a waiting job becomes ``cancelled`` at once and frees its id (seed 002
-  "removes it") and its unique key (:func:`~django_jobqueue.store.unique.cancel_release`),
+- **Cancel**: a waiting job becomes ``cancelled`` at once and frees its id
+  (docs/design.md#ids) and its unique key (:func:`~django_jobqueue.store.unique.cancel_release`),
   so an identical enqueue is accepted again; a running job gets ``cancel_requested``
   and its worker stops it, freeing both then. A dead letter is not cancelled here: it
-  keeps its unique key until the TTL (seed 000).
+  keeps its unique key until the TTL (docs/design.md#unique-keys).
 - **Delete**: any job but a running one (cancel it first), in batches.
 - **Prune**: ``done`` and ``cancelled`` jobs finished more than ``RETENTION`` ago; dead
   letters past their ``keep`` only when ``CLEAN_ERROR`` (or asked). A job that still
@@ -170,8 +170,7 @@ def retry_jobs(jobs: QuerySet[Job]) -> RetryCount:
         is attempt 1, ``finished_at`` cleared, id held again until it finishes) and
         how many waiting jobs were made due now.
 
-    Implements: seed 002, "failed, kept for keep: starts it again, its attempts from
-    one"; issue 2 item 6 "retry now".
+    Implements: docs/design.md#ids.
     """
     using = jobs.db
     dead = locks.retry_when_locked(
@@ -211,8 +210,6 @@ def dead_jobs(
     -------
     QuerySet
         Jobs in ``error`` or ``max_retry`` matching every given filter.
-
-    Implements: issue 2 item 7 "retry (dead jobs by queue/type)".
     """
     jobs = Job.objects.using(using).dead()
     if queue is not None:
@@ -239,8 +236,7 @@ def cancel_jobs(jobs: QuerySet[Job]) -> CancelCount:
         flagged ``cancel_requested`` (the worker's heartbeat sees the flag and tells
         the handler through ``ctx.cancelled``).
 
-    Implements: seed 002, "cancel" (scheduled or waiting: removes it; running:
-    tells its handler to stop); issue 2 item 6 "cancel".
+    Implements: docs/design.md#ids.
     """
     using = jobs.db
     cancelled = locks.retry_when_locked(
@@ -316,8 +312,6 @@ def delete_jobs(jobs: QuerySet[Job], *, batch_size: int = DEFAULT_BATCH_SIZE) ->
     ------
     ValueError
         If ``batch_size`` is not an integer >= 1.
-
-    Implements: issue 2 item 6 "delete".
     """
     _check_batch_size(batch_size)
     running = jobs.filter(status=JobStatus.PROCESSING).count()
@@ -331,7 +325,7 @@ def _finished_before(cutoff: Any) -> Q:
     return Q(finished_at__lte=cutoff) | Q(finished_at__isnull=True, updated_at__lte=cutoff)
 
 
-#: Jobs whose id (seed 002 ``dedupe``/``keep``) or unique key (seed 000) is not held now.
+#: Jobs whose id (docs/design.md#ids) or unique key (docs/design.md#unique-keys) is not held now.
 def _no_live_hold() -> Q:
     id_free = Q(job_id_hash__isnull=True) | Q(id_held_until__lte=Now())
     key_free = Q(unique_key_hash__isnull=True) | Q(unique_expires_at__lte=Now())
@@ -381,8 +375,8 @@ def prune(
         Age past which dead letters go; None: each dead letter's own ``keep`` (its
         job type's, else its queue's, else ``JOBQUEUE["KEEP"]``).
     dead
-        Whether to prune dead letters; None: ``JOBQUEUE["CLEAN_ERROR"]`` (seed 004
-        QueueConfig.CleanError).
+        Whether to prune dead letters; None: ``JOBQUEUE["CLEAN_ERROR"]`` (README,
+        "Configuration").
     batch_size
         Primary keys per DELETE statement, >= 1.
     dry_run
@@ -399,8 +393,7 @@ def prune(
     ValueError
         If ``batch_size`` is not an integer >= 1.
 
-    Implements: seed 004 QueueConfig.CleanError; seed 002 ``keep``/``dedupe``; issue 2
-    item 7 "prune".
+    Implements: docs/design.md#execution, docs/design.md#ids.
     """
     _check_batch_size(batch_size)
     config = get_config()
@@ -453,8 +446,6 @@ def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[Que
         job's ``run_at``; busy workers count distinct ``lease_owner`` values of
         running jobs whose lease has not expired by the database clock (workers
         holding a job now; idle workers are not counted).
-
-    Implements: issue 2 item 7 "status".
     """
     jobs = Job.objects.using(using)
     if queues is not None:
@@ -507,8 +498,6 @@ def busy_workers(using: str) -> int:
     int
         Distinct owners of ``processing`` jobs whose lease has not expired by the
         database clock (a worker thread with a job in hand).
-
-    Implements: issue 2 item 7 "status" (busy workers).
     """
     return (
         Job.objects.using(using)
@@ -529,10 +518,7 @@ def enable_schedules(schedules: QuerySet[ScheduleJob]) -> int:
 
 
 def disable_schedules(schedules: QuerySet[ScheduleJob]) -> int:
-    """Disable ``schedules``; return how many were enabled before.
-
-    Implements: issue 2 item 6 (ScheduleJob admin actions).
-    """
+    """Disable ``schedules``; return how many were enabled before."""
     return schedules.filter(enabled=True).update(enabled=False, updated_at=Now())
 
 
@@ -541,19 +527,15 @@ def run_schedules_now(schedules: QuerySet[ScheduleJob]) -> int:
 
     The scheduler makes their next job on its next pass; a disabled schedule
     stays disabled and makes none.
-
-    Implements: issue 2 item 6 (ScheduleJob admin actions).
     """
     return schedules.update(schedule_at=Now(), updated_at=Now())
 
 
 def release_unique_keys(jobs: QuerySet[Job]) -> int:
-    """End the unique-key holds of ``jobs`` (seed 000 Pro console); return how many.
+    """End the unique-key holds of ``jobs`` (docs/design.md#core-and-pro); return how many.
 
     The jobs themselves are left as they are; a new job with the key can then be
     enqueued. One guarded ``update()`` on the rows that hold a key.
-
-    Implements: issue 13 item 6 "unique locks: ... release one".
     """
     released = jobs.filter(unique_key_hash__isnull=False).update(
         unique_key_hash=None, unique_expires_at=None, updated_at=Now()

@@ -1,4 +1,4 @@
-"""The Prometheus endpoint (issue 13 item 8).
+"""The Prometheus endpoint.
 
 Mount it with ``path("metrics/", include("django_jobqueue.metrics"))``.
 

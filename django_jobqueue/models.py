@@ -1,12 +1,13 @@
-"""Jobs and schedules, stored through the ORM (seed 004 Job, ScheduleJob, JobStorage).
+"""Jobs and schedules, stored through the ORM (docs/design.md#plans).
 
-Seed 004's words map onto the fields once, here:
+The design's words (docs/design.md#glossary, which keeps the names of the Go queue
+this one ports) map onto the fields once, here:
 
 ========================  ==========================================
-seed 004 / seed 002       ``Job`` field
+design word              ``Job`` field
 ========================  ==========================================
 ``ID``                    ``jid`` (the public handle; ``id`` stays Django's pk)
-``JobID`` / seed 002 id   ``job_id`` (+ ``job_id_hash`` while the id is held)
+``JobID`` / id            ``job_id`` (+ ``job_id_hash`` while the id is held)
 ``Title``                 ``job_type``
 ``Try``                   ``attempt`` (``try`` is a Python keyword)
 ``Payload``, ``Result``   ``payload``, ``result`` (JSON)
@@ -14,7 +15,8 @@ seed 004 / seed 002       ``Job`` field
 ``UpdatedAt``             ``updated_at``
 ========================  ==========================================
 
-Holds. An id (seed 002) or a unique key (seed 000) is *held* by the row whose
+Holds. An id (docs/design.md#ids) or a unique key (docs/design.md#unique-keys) is *held* by the row
+whose
 ``job_id_hash`` / ``unique_key_hash`` carries its SHA-256 (hex). A unique index over
 (queue, hash) makes two holders impossible on every database; NULLs never collide,
 so ending a hold is setting the hash to NULL. ``id_held_until`` and
@@ -59,7 +61,7 @@ __all__ = [
 
 
 class JobStatus(models.TextChoices):
-    """Stored job statuses (seed 004 JobStatus, plus ``cancelled``)."""
+    """Stored job statuses (docs/design.md#states)."""
 
     #: Waiting to run; scheduled when ``run_at`` is in the future.
     INIT = "init", _("init")
@@ -86,7 +88,7 @@ FINISHED_STATUSES = (*DEAD_STATUSES, JobStatus.DONE, JobStatus.CANCELLED)
 
 
 class UniqueMode(models.TextChoices):
-    """When a unique key's lock frees (seed 000 "Modes"); the TTL always bounds it."""
+    """When a unique key's lock frees (docs/design.md#unique-keys); the TTL always bounds it."""
 
     #: Core: when ``unique_ttl_ms`` passes.
     WHILE_LOCKED = unique.WHILE_LOCKED, _("while locked")
@@ -125,7 +127,7 @@ class JobQuerySet(CreateRefusingQuerySet["Job"]):
 
 
 class Job(models.Model):
-    """One unit of work (seed 004 Job). See the module docstring for the field map."""
+    """One unit of work (docs/design.md#execution). See the module docstring for the field map."""
 
     jid = models.CharField(_("jid"), max_length=32, unique=True, editable=False)
     queue = models.CharField(_("queue"), max_length=100)
@@ -162,11 +164,11 @@ class Job(models.Model):
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
     cancel_requested = models.BooleanField(_("cancel requested"), default=False)
-    #: Seed 002 ``set`` on a running job: one run more after this one, with this value.
+    #: An id's ``set`` on a running job: one run more after this one, with this value.
     rerun = models.BooleanField(default=False)
     rerun_payload = models.JSONField(null=True, blank=True)
     rerun_at = models.DateTimeField(null=True, blank=True)
-    #: Seed 002 ``dedupe`` and ``keep`` given on a ``Queue(name, dedupe=, keep=)`` handle,
+    #: The id options ``dedupe`` and ``keep`` given on a ``Queue(name, dedupe=, keep=)`` handle,
     #: stored at creation, in ms (``dedupe_ms`` 0: none); NULL: the job type's, else the
     #: queue's (``storage._id_hold_options``).
     dedupe_ms = models.PositiveBigIntegerField(null=True, blank=True, editable=False)
@@ -223,9 +225,10 @@ class Job(models.Model):
 
 
 class ScheduleJob(models.Model):
-    """A plan that makes jobs: once at a time, or on a cron expression (seed 004).
+    """A plan that makes jobs: once at a time, or on a cron expression (docs/design.md#plans).
 
-    Seed 004 ScheduleJob's ``JobID`` is ``name`` (unique), ``Title`` is ``job_type``,
+    In the design's words (docs/design.md#plans), ``JobID`` is ``name`` (unique), ``Title`` is
+    ``job_type``,
     ``Schedule`` is ``schedule_at`` (the next run, UTC), ``ExecuteID`` is
     ``execute_id`` (the jid of the last job made) and ``Log`` is ``log`` (the last
     outcomes, newest last).
@@ -305,7 +308,7 @@ class ApiToken(models.Model):
 
 class Worker(models.Model):
     """A live or recently seen worker process: a ``runworkers`` foreman or a gateway
-    worker in any language (issue 13's registry; issue 12's registration).
+    worker in any language (its registration, shown by the console).
 
     ``name`` is unique: ``host:pid`` for a foreman, the name a gateway worker
     registers with. ``last_seen_at`` is refreshed by heartbeats and claims; a worker
@@ -361,8 +364,8 @@ DURATION_BUCKETS_MS = (10, 100, 1_000, 10_000, 60_000, 300_000)
 
 
 class JobStat(models.Model):
-    """Per-minute outcome counters of one (queue, job type): issue 13 "stats that
-    survive pruning".
+    """Per-minute outcome counters of one (queue, job type): statistics that
+    survive pruning.
 
     Written in batches by :class:`django_jobqueue.store.workerstats.StatsBuffer` (one
     upsert per flush that adds to the counters), read by the console's charts, the
@@ -399,8 +402,8 @@ class JobStat(models.Model):
 
 
 class QueuePause(models.Model):
-    """A paused queue: workers claim none of its jobs while the row exists (issue 13
-    "queue pause and resume"). Enqueueing into it still works."""
+    """A paused queue: workers claim none of its jobs while the row exists.
+    Enqueueing into it still works."""
 
     queue = models.CharField(_("queue"), max_length=100, unique=True)
     paused_at = models.DateTimeField(_("paused at"), db_default=Now())

@@ -1,4 +1,4 @@
-"""The queues at a glance, cheap on a big job table (issue 13 items 4, 8 and 9).
+"""The queues at a glance, cheap on a big job table.
 
 No full-table count: waiting and scheduled jobs are counted over the claim index
 (``waiting`` leads it), running ones over the lease index, dead letters over the
@@ -171,8 +171,6 @@ def stat_totals(using: str, *, now: datetime | None = None) -> _Totals:
     over the (minute, queue, job type) index. A count flushed later than an hour
     after its minute, and the rows :func:`~django_jobqueue.store.workerstats.prune_stats`
     deletes, show at the next refresh.
-
-    Implements: issue 13 items 8 and 9 (the metrics from the stats table, fast).
     """
     now = now or datetime.now(UTC)
     clock = time.monotonic()

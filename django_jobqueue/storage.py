@@ -1,4 +1,4 @@
-"""The worker's side of the job table (seed 004 JobStorage): claim, heartbeat,
+"""The worker's side of the job table (docs/design.md#execution): claim, heartbeat,
 complete, fail, hand back and reap.
 
 Every state change is one guarded ``UPDATE`` that filters on the job's pk, the
@@ -6,7 +6,7 @@ Every state change is one guarded ``UPDATE`` that filters on the job's pk, the
 worker that lost its lease (paused, partitioned, too slow, reaped) writes nothing
 over the new owner's run, and learns so from the ``False`` it gets back.
 
-Claim (seed 004 GetAndLockAvailableJob): one short transaction that selects due
+Claim (docs/design.md#creation): one short transaction that selects due
 jobs in (priority, run_at, pk) order over the claim index with ``FOR UPDATE SKIP
 LOCKED`` (PostgreSQL, MySQL 8, MariaDB 10.6+), then moves them to ``processing``
 with a fresh lease token. SQLite has no row locks: its write transaction serialises
@@ -140,7 +140,7 @@ def claim(
     queues:
         Queues to claim from; None: every queue.
     exclude_types:
-        Job types not to claim (those at their ``concurrent`` limit, seed 004
+        Job types not to claim (those at their ``concurrent`` limit,
         Governor.Spawn's ignore list).
     lease_ms:
         Lease of the claimed jobs in ms; None: ``JOBQUEUE["LEASE_MS"]``.
@@ -155,7 +155,7 @@ def claim(
         every half second, so no query of its own per claim), and is left out of
         ``queues``, or added as ``queue NOT IN (...)`` when it is not empty.
 
-    Implements: seed 004 JobStorage.GetAndLockAvailableJob; issue 13 item 2 (pauses).
+    Implements: docs/design.md#creation.
     """
     paused = reconnect.retry_on_disconnect(using, paused_queues, using)
     exclude_queues: list[str] = []
@@ -240,7 +240,8 @@ def _claim(
             heartbeat_at=Now(),
             started_at=Now(),
             updated_at=Now(),
-            # seed 000: an until_executing lock frees the moment a worker claims the job.
+            # docs/design.md#unique-keys: an until_executing lock frees the moment a worker claims
+            # the job.
             **unique.claim_release(),
         )
         claimed = {
@@ -296,8 +297,8 @@ def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[
 def complete(job: Job, result: Any = None) -> bool:
     """Store ``job``'s success (status ``done``); return False if its lease was lost.
 
-    The id's hold lasts ``dedupe`` more (seed 002), else ends now; an
-    ``until_executed`` unique key frees now (seed 000).
+    The id's hold lasts ``dedupe`` more (docs/design.md#ids), else ends now; an
+    ``until_executed`` unique key frees now (docs/design.md#unique-keys).
     """
     # InvalidPayload (a ValueError) before any write: the executor stores it as the
     # job's failure, rather than leaving the job processing until its lease expires.
@@ -360,7 +361,8 @@ def fail(
     A retryable failure with retries left goes to ``retry`` at ``now + backoff``;
     otherwise the job is a dead letter: ``error`` when not retryable, ``max_retry``
     when its retries are spent. A dead letter keeps its id for ``keep`` and its
-    unique key until the key's TTL (seed 000: an ``until_executed`` lock is not freed
+    unique key until the key's TTL (docs/design.md#unique-keys: an ``until_executed`` lock is not
+    freed
     by a failure).
     """
     message = escaped(message or (describe(exc) if exc is not None else "failed"))
@@ -387,7 +389,7 @@ def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> b
     """Store that ``job`` stopped after a cancel request (status ``cancelled``).
 
     Returns False if its lease was lost. The job is finished, and like every
-    cancelled job it frees its unique key and its id at once (seed 000 keeps a key
+    cancelled job it frees its unique key and its id at once (a key is kept
     only for a dead letter).
     """
     fields: dict[str, Any] = {
@@ -407,7 +409,8 @@ def hand_back(job: Job, *, message: str = "", keep_place: bool = False) -> bool:
     The claim is undone: ``attempt`` goes back by one and the job is due now; with
     ``keep_place`` its ``run_at`` stays, so it keeps its place in claim order (a
     batch claim's job over its type's ``concurrent`` limit). An ``until_executing``
-    job takes its unique key's hold again, which the claim ended (seed 000), if its
+    job takes its unique key's hold again, which the claim ended (docs/design.md#unique-keys), if
+    its
     TTL has not passed: an identical enqueue is deduplicated again. The key was
     free while the job was claimed; if another job took it then, that newer holder
     keeps it and this job waits without a hold (the unique index's refusal is
@@ -455,7 +458,7 @@ def restart_fields(**changes: Any) -> dict[str, Any]:
     """Return the field updates that start a job again from attempt one, after ``changes``.
 
     The one meaning of "starts again", shared by the rerun a ``set`` asked for while
-    the job ran, ``set`` on a dead letter (seed 002) and "retry now" (admin, CLI):
+    the job ran, ``set`` on a dead letter (docs/design.md#ids) and "retry now" (admin, CLI):
     ``init`` and waiting, attempts from one, no lease, not finished, no cancel
     request, the id held again until the job finishes. ``changes`` come first:
     MySQL assigns left to right, so they may still read a column the restart clears.
@@ -490,7 +493,8 @@ def _write_or_rerun(
 ) -> bool | None:
     """Store the end of ``job``'s run, or the rerun a ``set`` asked for while it ran.
 
-    Seed 002: ``set`` on a running job means one run more after this one, with the
+    An id's ``set`` on a running job (docs/design.md#ids) means one run more after this one, with
+    the
     set's value, whatever this run's outcome. ``ids.Queue.set`` flags it (``rerun``)
     with a guarded update; here the outcome's update filters ``rerun=False``, and when
     it updates nothing while the lease is still ours, a second guarded update moves

@@ -2,7 +2,7 @@
 """Raw SQL of the worker's two hot writes: the batched claim and the batched ``done``.
 
 :mod:`django_jobqueue.storage` calls these; they exist because compiling the ORM's
-queries took about a quarter of a worker's CPU per job (issue 15). The statements
+queries took about a quarter of a worker's CPU per job. The statements
 keep the ORM versions' guarantees exactly:
 
 - **Claim.** PostgreSQL: one ``UPDATE ... WHERE id = ANY(ARRAY(SELECT id ... ORDER BY

@@ -147,7 +147,7 @@ class JobTypeFilter(_ValueFilter):
 
 
 class UniqueKeyHeldFilter(admin.SimpleListFilter):
-    """Jobs that hold a unique key lock now (seed 000), or not."""
+    """Jobs that hold a unique key lock now (docs/design.md#unique-keys), or not."""
 
     title = _("holds a unique key")
     parameter_name = "unique_held"

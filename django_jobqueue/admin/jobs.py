@@ -477,7 +477,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("payload of the next run"))
     def rerun_display(self, obj: Job) -> SafeString:
-        """The payload of the run asked for while this one runs (seed 002 ``set``)."""
+        """The payload of the run asked for while this one runs (docs/design.md#ids)."""
         if not obj.rerun:
             return format_html("{}", "-")
         return hidden("<secure>") if obj.secure else pretty(obj.rerun_payload)
@@ -507,7 +507,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("id held now"), boolean=True)
     def id_held(self, obj: Job) -> bool | None:
-        """Whether the job holds its id now (seed 002): None when it has none."""
+        """Whether the job holds its id now (docs/design.md#ids): None when it has none."""
         if obj.job_id is None:
             return None
         return obj.job_id_hash is not None and (
@@ -516,7 +516,8 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("unique key held now"), boolean=True)
     def unique_key_held(self, obj: Job) -> bool | None:
-        """Whether the job holds its unique key lock now (seed 000): None without a key."""
+        """Whether the job holds its unique key lock now (docs/design.md#unique-keys): None without
+        a key."""
         if obj.unique_key is None:
             return None
         return (

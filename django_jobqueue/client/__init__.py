@@ -1,7 +1,7 @@
 """A Python client of the HTTP SDK gateway (``django_jobqueue.gateway``), importing
 nothing of Django: install the ``client`` extra (httpx) in any Python process.
 
-- :class:`Client` / :class:`AsyncClient`: producer calls (enqueue, batch, seed 002's
+- :class:`Client` / :class:`AsyncClient`: producer calls (enqueue, batch, the id verbs'
   id verbs, get, cancel, retry) and the worker protocol's calls;
 - :class:`Worker`: a worker loop running Python handlers with heartbeats, cancel and
   a graceful stop on SIGTERM;

@@ -192,7 +192,7 @@ class Client(_Base):
         at: datetime | str | None = None,
         delay: str | float | None = None,
     ) -> bool:
-        """Seed 002 ``add``: enqueue under ``job_id`` unless a job holds it (then False)."""
+        """The id verb ``add``: enqueue under ``job_id`` unless a job holds it (then False)."""
         return self.send(calls.id_verb("add", queue, job_id, value, job_type, at, delay))
 
     def set(
@@ -205,7 +205,7 @@ class Client(_Base):
         at: datetime | str | None = None,
         delay: str | float | None = None,
     ) -> bool:
-        """Seed 002 ``set``: add, or replace the waiting job's value and time; True."""
+        """The id verb ``set``: add, or replace the waiting job's value and time; True."""
         return self.send(calls.id_verb("set", queue, job_id, value, job_type, at, delay))
 
     def update(
@@ -218,15 +218,15 @@ class Client(_Base):
         at: datetime | str | None = None,
         delay: str | float | None = None,
     ) -> bool:
-        """Seed 002 ``update``: change a scheduled or waiting job; False if none."""
+        """The id verb ``update``: change a scheduled or waiting job; False if none."""
         return self.send(calls.id_verb("update", queue, job_id, value, job_type, at, delay))
 
     def cancel_id(self, queue: str, job_id: str) -> bool:
-        """Seed 002 ``cancel``: remove the job holding the id or ask it to stop."""
+        """The id verb ``cancel``: remove the job holding the id or ask it to stop."""
         return self.send(calls.id_cancel(queue, job_id))
 
     def get(self, queue: str, job_id: str) -> IdJob | None:
-        """Seed 002 ``get``: the job holding the id, or None when it is free."""
+        """The id verb ``get``: the job holding the id, or None when it is free."""
         return self.send(calls.id_get(queue, job_id))
 
     def list(
@@ -238,7 +238,7 @@ class Client(_Base):
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Page:
-        """Seed 002 ``list``: a page of the queue's jobs by id prefix and state."""
+        """The id verb ``list``: a page of the queue's jobs by id prefix and state."""
         return self.send(calls.id_list(queue, prefix, state, limit, cursor))
 
     # Worker protocol -------------------------------------------------------------

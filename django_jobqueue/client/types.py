@@ -76,7 +76,8 @@ class ErrorEntry:
 @dataclasses.dataclass(frozen=True)
 class Job:
     """A job by jid (``GET /sdk/jobs/{jid}``); ``payload``/``result`` are None for a
-    secure job type. ``state`` is seed 002's word, ``status`` the stored one."""
+    secure job type. ``state`` is the state word (docs/design.md#states), ``status`` the stored
+    one."""
 
     jid: str
     queue: str
@@ -110,7 +111,7 @@ class CancelResult:
 
 @dataclasses.dataclass(frozen=True)
 class IdJob:
-    """Seed 002's ``Job``: a job by queue and id (``get``, ``list``)."""
+    """The id verbs' ``Job``: a job by queue and id (``get``, ``list``)."""
 
     jid: str
     queue: str

@@ -1,4 +1,4 @@
-"""The operators' console: staff-only pages over the job table (issue 13 items 4-7).
+"""The operators' console: staff-only pages over the job table.
 
 Mount it in the site's ``urls.py``::
 

@@ -1,4 +1,4 @@
-"""The console's Pro pages: 404 without a valid licence (seed 000).
+"""The console's Pro pages: 404 without a valid licence (docs/design.md#core-and-pro).
 
 - Unique locks: the jobs holding a unique key, with mode and expiry; release one.
 - Dedupe audit: enqueues turned away per (queue, job type) per hour over a day,

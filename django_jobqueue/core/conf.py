@@ -42,25 +42,25 @@ DEFAULTS: dict[str, Any] = {
     "JOB_TYPES": {},
     # Per-queue options: {"emails": {"dedupe": "1h", "keep": "7d"}}.
     "QUEUES": {},
-    # Dotted paths of middleware (seed 004 MiddlewareFunc), outermost first.
+    # Dotted paths of middleware (docs/design.md#execution), outermost first.
     "MIDDLEWARE": [],
-    # Seed 004 QueueConfig.Concurrent: worker threads per foreman.
+    # Worker threads per foreman.
     "CONCURRENCY": 4,
-    # Seed 004 QueueConfig.BreakTime (ms): pause between two claims of one worker.
+    # Pause between two claims of one worker, ms.
     "BREAK_TIME_MS": 0,
-    # Seed 004 QueueConfig.RampTime (ms): least time between two worker spawns.
+    # Least time between two worker spawns, ms.
     "RAMP_TIME_MS": 100,
     # Governor idle sleep bounds (ms): grows from MIN to MAX while no job is found.
     "MIN_SLEEP_MS": 50,
     "MAX_SLEEP_MS": 2_000,
-    # Seed 004 QueueConfig.CleanError: whether `jobqueue prune` deletes dead letters.
+    # Whether `jobqueue prune` deletes dead letters.
     "CLEAN_ERROR": False,
     # Lease of a claimed job (ms) and the heartbeat interval that extends it (ms, at most
     # a third of the lease, so two heartbeats can be lost before the lease expires).
     "LEASE_MS": 60_000,
     "HEARTBEAT_MS": 15_000,
     "DEFAULT_QUEUE": "default",
-    # Priority 1 runs first (seed 004).
+    # Priority 1 runs first (docs/design.md#execution).
     "DEFAULT_PRIORITY": 100,
     "DEFAULT_MAX_RETRY": 3,
     # Default run time limit of one attempt (ms).
@@ -69,8 +69,8 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_BASE_MS": 1_000,
     "BACKOFF_MAX_MS": 3_600_000,
     "BACKOFF_JITTER": 0.25,
-    # How long a dead letter stays (seed 002 `keep`); how long a done job keeps its
-    # id (seed 002 `dedupe`, None: not at all); how long prune keeps done jobs.
+    # How long a dead letter stays (docs/design.md#ids); how long a done job keeps its
+    # id (docs/design.md#ids); how long prune keeps done jobs.
     "KEEP": "7d",
     "DEDUPE": None,
     "RETENTION": "7d",
@@ -80,7 +80,7 @@ DEFAULTS: dict[str, Any] = {
     # takes (system check E103: MariaDB's max_allowed_packet less an overhead).
     "MAX_PAYLOAD_BYTES": 1_048_576,
     "MAX_RESULT_BYTES": 1_048_576,
-    # Pro licence token (seed 000) and extra trusted public keys.
+    # Pro licence token (docs/design.md#core-and-pro) and extra trusted public keys.
     "LICENCE_KEY": "",
     "LICENCE_PUBLIC_KEYS": [],
     # Declarative periodic plans: {"digest": {"job_type": ..., "cron": ..., ...}}.
@@ -147,7 +147,7 @@ _QUEUE_OPTION_KEYS = frozenset({"dedupe", "keep"})
 
 @dataclass(frozen=True)
 class QueueOptions:
-    """Options of one queue (seed 002): how long done and failed jobs keep their id."""
+    """Options of one queue (docs/design.md#ids): how long done and failed jobs keep their id."""
 
     #: How long a done job keeps its id taken; None: it frees at once.
     dedupe: timedelta | None

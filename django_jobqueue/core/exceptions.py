@@ -61,7 +61,7 @@ class PayloadTooLarge(InvalidPayload):
 
 
 class InvalidJobId(InvalidRequest):
-    """A job id (seed 002) is not 1 to 1,024 bytes of UTF-8."""
+    """A job id (docs/design.md#ids) is not 1 to 1,024 bytes of UTF-8."""
 
     code = "invalid_job_id"
 
@@ -73,7 +73,7 @@ class UnknownJobType(InvalidRequest, LookupError):
 
 
 class DuplicateJob(JobQueueError):
-    """A job with this (queue, id) already holds the id (seed 004 DUPLICATE_JOB).
+    """A job with this (queue, id) already holds the id (docs/design.md#creation).
 
     ``holder_jid`` is the jid of the job that holds it, when known; ``index`` the
     refused job's place in its batch, when it came in one.
@@ -101,13 +101,13 @@ class DirectCreateRefused(JobQueueError):
 
 
 class LockTimeout(JobQueueError):
-    """Waiting for a creation lock timed out (seed 004 LOCK_TIMEOUT)."""
+    """Waiting for a creation lock timed out (docs/design.md#creation)."""
 
     code = "lock_timeout"
 
 
 class ProRequired(JobQueueError):
-    """The feature needs a valid Pro licence (seed 000; gateway: 402)."""
+    """The feature needs a valid Pro licence (docs/design.md#core-and-pro)."""
 
     code = "pro_required"
 

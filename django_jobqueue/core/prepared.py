@@ -185,7 +185,7 @@ class _KeptCursor(CursorWrapper):
     """The cursor :func:`cursor` keeps on a connection for the next statement.
 
     Making a server-binding cursor and Django's wrapper around it cost about a
-    third of a plain enqueue's own Python (issue 15, "Enqueue"), so one is made
+    third of a plain enqueue's own Python, so one is made
     per connection and kept: ``with`` marks it in use and, on leaving, free again
     rather than closed. A use that raises closes it, and the next use makes
     another. It belongs to the psycopg connection it was made on: a reconnect or a

@@ -29,8 +29,6 @@ client errors 2006 (gone away), 2013 and 2055 (lost during query), server errors
 4031 (closed for inactivity), 1927 (connection killed) and 1053 (shutdown), or
 mysqlclient's ``InterfaceError`` of a closed connection. SQLite has no
 connection to lose.
-
-Implements: issue 11 item 1 ("every worker write survives one dead connection").
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ __all__ = [
     "text_problem",
 ]
 
-#: Longest id (seed 002) and unique key, in bytes of UTF-8.
+#: Longest id (docs/design.md#ids) and unique key, in bytes of UTF-8.
 MAX_ID_BYTES = 1024
 #: Deepest nesting of lists and objects in a payload or result: MariaDB's JSON
 #: columns refuse documents nested deeper than 31.

@@ -3,7 +3,7 @@
 Enqueue goes through the producer API's own validation (``build_job``) and create
 path (``create_job``), the ones ``enqueue_job`` uses; each option is checked first by
 the same functions with its field named, so a 422 says which field. A job with an
-``id`` (seed 002) is created as seed 004's AddJob creates one: a held id is the error
+``id`` (docs/design.md#ids) is created holding it, as ``add`` does: a held id is the error
 ``409 duplicate_job`` with the holder's jid (for "add unless taken, answer false",
 use ``POST /sdk/queues/{queue}/ids/{id}/add``).
 """
@@ -175,7 +175,7 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
     try:
         # Bulk enqueue: every lock taken once in sorted order, multi-row INSERTs, one
         # wake-up per queue. A held id refuses the batch as it refuses POST /sdk/jobs
-        # (seed 004 DUPLICATE_JOB), decided under the batch's locks.
+        # (docs/design.md#creation), decided under the batch's locks.
         results = create_many(specs, refuse_held_ids=True)
     except JobQueueError as exc:
         raise _refusal(exc, getattr(exc, "index", None)) from exc
@@ -225,7 +225,8 @@ def find_job(request: HttpRequest, jid: str, scope: str) -> Job:
 
 
 def job_state(job: Job) -> str:
-    """Seed 002's word for ``job``'s state: scheduled, waiting, running, failed, ..."""
+    """The state word (docs/design.md#states) for ``job``'s state: scheduled, waiting, running,
+    failed, ..."""
     if job.waiting:
         return "scheduled" if job.run_at > timezone.now() else "waiting"
     if job.status == JobStatus.PROCESSING:

@@ -1,4 +1,5 @@
-"""Pro routes (seed 000): unique locks and bulk operations, 402 without a licence.
+"""Pro routes (docs/design.md#core-and-pro): unique locks and bulk operations, 402 without a
+licence.
 
 Each route checks the licence first (``licence.require_pro``), then the ``admin``
 scope and the queue. ``DELETE /sdk/unique-locks/{queue}/{key}`` releases a held unique

@@ -1,4 +1,4 @@
-"""Seed 002's id verbs over HTTP: add, set, update, cancel, get, and list.
+"""The id verbs over HTTP: add, set, update, cancel, get, and list.
 
 Each route calls :class:`django_jobqueue.ids.Queue` and gives the seed's answers: an
 ``add`` that adds nothing is ``200 {"added": false}``, not an error; ``get`` of a free
@@ -147,7 +147,7 @@ def id_add(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  
     operation_id="id_set",
 )
 def id_set(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  # noqa: A002
-    """Always ``{"set": true}``: added, replaced, rerun or restarted (seed 002's table)."""
+    """Always ``{"set": true}``: added, replaced, rerun or restarted (docs/design.md#ids)."""
     _checked(request, "produce", queue, id)
     _call(None, _handle(queue, body.job_type).set, id, body.value, at=body.at, delay=body.delay)
     return {"set": True}

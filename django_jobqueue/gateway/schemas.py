@@ -138,13 +138,14 @@ class JobIn(_In):
     unique_key: Text | None = None
     unique_mode: Literal["while_locked", "until_executing", "until_executed"] | None = None
     unique_ttl_ms: Annotated[int, Field(strict=True, ge=0, le=10**12)] | None = None
-    id: Text | None = Field(None, description="Seed 002 id; a held id answers 409.")
+    id: Text | None = Field(None, description="An id (docs/design.md#ids); a held id answers 409.")
 
     _run_at = field_validator("run_at")(_bounded)
 
 
 class EnqueueOut(Schema):
-    """Seed 000's answer: ``enqueued`` with the new jid, or the holder's jid."""
+    """The enqueue's answer (docs/design.md#gateway): ``enqueued`` with the new jid, or the
+    holder's jid."""
 
     status: Literal["enqueued", "deduplicated"]
     jid: str
@@ -209,7 +210,7 @@ class RetryOut(Schema):
 
 
 class IdValueIn(_In):
-    """Seed 002's ``add``/``set``/``update``: a value and a time (``at`` or ``delay``)."""
+    """The id verbs ``add``/``set``/``update``: a value and a time (``at`` or ``delay``)."""
 
     value: Any = None
     job_type: Name | None = Field(None, description="None: the queue's one job type.")
@@ -244,7 +245,7 @@ class CancelledOut(Schema):
 
 
 class IdJobOut(Schema):
-    """Seed 002's ``Job``: a job as ``get`` and ``list`` show it."""
+    """The id verbs' ``Job``: a job as ``get`` and ``list`` show it."""
 
     id: str | None
     value: Any = None
@@ -265,7 +266,7 @@ class IdJobOut(Schema):
 
 
 class PageOut(Schema):
-    """Seed 002's ``Page``: ``next`` is the cursor of the following page, or null."""
+    """The id verbs' ``Page``: ``next`` is the cursor of the following page, or null."""
 
     jobs: list[IdJobOut]
     next: str | None
@@ -397,7 +398,7 @@ class OutcomeOut(Schema):
 
 
 class UniqueLockOut(Schema):
-    """A held unique key (seed 000)."""
+    """A held unique key (docs/design.md#unique-keys)."""
 
     queue: str
     unique_key: str

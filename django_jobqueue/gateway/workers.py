@@ -358,7 +358,7 @@ def heartbeat(request: HttpRequest, jid: str, body: HeartbeatIn) -> Any:
     operation_id="worker_complete",
 )
 def complete(request: HttpRequest, jid: str, body: CompleteIn) -> Any:
-    """``done`` (or ``init`` when a seed 002 ``set`` asked for one run more)."""
+    """``done`` (or ``init`` when an id's ``set`` asked for one run more)."""
     job = _held(request, jid, body.lease_token)
     try:  # storage checks the result (JSON, MAX_RESULT_BYTES) before it writes
         stored_it = storage.complete(job, body.result)

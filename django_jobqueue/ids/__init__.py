@@ -1,7 +1,7 @@
-"""Job ids (seed 002): add, set, update, cancel, get and list.
+"""Job ids (docs/design.md#ids): add, set, update, cancel, get and list.
 
 An id names one job of a queue. Four calls act on it, and what each does depends on
-the state of the job that holds the id (seed 002, "Four calls, one table"):
+the state of the job that holds the id (docs/design.md#ids):
 
 =========================  =============  ==============  ======  ===============
 the id's job is            ``add``        ``set``         update  ``cancel``

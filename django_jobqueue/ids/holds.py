@@ -50,7 +50,7 @@ ROUNDS = 8
 
 
 class Kind:
-    """The rows of seed 002's table of four calls: what the id's holder is."""
+    """The rows of the table of four calls (docs/design.md#ids): what the id's holder is."""
 
     NONE = "none"
     WAITING = "waiting"

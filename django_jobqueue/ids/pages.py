@@ -1,4 +1,4 @@
-"""What ``get`` and ``list`` show (seed 002): state words, ``JobView``, ``Page``, cursors.
+"""What ``get`` and ``list`` show (docs/design.md#ids): state words, ``JobView``, ``Page``, cursors.
 
 ``list`` orders by creation (oldest first), except ``state="failed"``: latest failure
 first. A prefix is matched in the database (``LIKE``, with ``%``, ``_`` and ``\\``
@@ -36,7 +36,7 @@ __all__ = [
     "state_word",
 ]
 
-#: Seed 002's words for a job's state, plus ``cancelled``.
+#: The state words (docs/design.md#states) for a job's state, plus ``cancelled``.
 SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED = (
     "scheduled",
     "waiting",
@@ -46,7 +46,7 @@ SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED = (
     "cancelled",
 )
 STATES = (SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED)
-#: Page limits (seed 002 "Pages of jobs"): jobs per page, and bytes of values (JSON).
+#: Page limits (docs/design.md#ids): jobs per page, and bytes of values (JSON).
 MAX_PAGE_JOBS = 1_000
 DEFAULT_PAGE_JOBS = 100
 MAX_PAGE_BYTES = 4 * 1024 * 1024
@@ -54,9 +54,9 @@ MAX_PAGE_BYTES = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class JobView:
-    """A job as ``get`` and ``list`` show it (seed 002 ``Job``)."""
+    """A job as ``get`` and ``list`` show it (docs/design.md#ids)."""
 
-    #: The job's id in its queue (seed 002), or None for a job without one.
+    #: The job's id in its queue (docs/design.md#ids), or None for a job without one.
     id: str | None
     #: The job's value (its JSON payload).
     value: Any
@@ -94,7 +94,7 @@ class Page:
 
 
 def state_word(job: Any, now: datetime) -> str:
-    """Return seed 002's word (one of :data:`STATES`) for ``job`` at database time ``now``."""
+    """Return the state word (one of :data:`STATES`) for ``job`` at database time ``now``."""
     if job.waiting:
         return SCHEDULED if job.run_at > now else WAITING
     if job.status == JobStatus.PROCESSING:

@@ -1,4 +1,4 @@
-"""The verbs of job ids (seed 002): ``Queue`` with add, set, update, cancel, get and list.
+"""The verbs of job ids (docs/design.md#ids): ``Queue`` with add, set, update, cancel, get and list.
 
 What each verb does depends on the state of the id's holder (the table in
 :mod:`django_jobqueue.ids`); the locked reads and guarded writes it is made of are in
@@ -79,7 +79,7 @@ def _when(at: datetime | None, delay: Duration | None) -> Any:
 
 
 class Queue:
-    """A handle on one queue's jobs by id (seed 002): add, set, update, cancel, get, list.
+    """A handle on one queue's jobs by id (docs/design.md#ids): add, set, update, cancel, get, list.
 
     Parameters
     ----------
@@ -98,7 +98,7 @@ class Queue:
     ``dedupe`` and ``keep`` given here are stored on the jobs this handle creates, so
     workers in any process honour them.
 
-    Implements: seed 002, "Ids".
+    Implements: docs/design.md#ids.
     """
 
     def __init__(
@@ -163,7 +163,7 @@ class Queue:
         self,
         value: Any = None,
         *,
-        id: str | None = None,  # noqa: A002 (seed 002's word)
+        id: str | None = None,  # noqa: A002 (docs/design.md#ids)
         at: datetime | None = None,
         delay: Duration | None = None,
     ) -> bool:
@@ -193,24 +193,24 @@ class Queue:
         LockTimeout, WrongDatabase
             See :func:`django_jobqueue.enqueue.create_job`.
 
-        Implements: seed 002, "Four calls, one table" (``add``).
+        Implements: docs/design.md#ids.
         """
         spec = self._spec(value, id, at, delay)
         if id is None:
             insert(spec, self._hold_fields())
             return True
         added = self._add_held(spec, id)
-        if not added:  # issue 13: a turned-away add counts for the dedupe audit
+        if not added:  # a turned-away add counts for the dedupe audit
             count_deduplicated([spec], [added])
         return added
 
-    def _add_held(self, spec: JobSpec, id: str) -> bool:  # noqa: A002 (seed 002's word)
+    def _add_held(self, spec: JobSpec, id: str) -> bool:  # noqa: A002 (docs/design.md#ids)
         # PostgreSQL: lock, holder check and insert in one statement; None: the locked
         # path below decides (another creator holds the lock, or a stale hold).
         added = Job.objects.add_unless_held(spec, **self._hold_fields())
         if added is not None:
             return added
-        # A holder already committed answers without any lock (seed 004 CheckDuplicateJob).
+        # A holder already committed answers without any lock (docs/design.md#creation).
         if _taken(holder(spec.using, spec.queue, id, lock=False)):
             return False
 
@@ -238,13 +238,13 @@ class Queue:
 
     def set(
         self,
-        id: str,  # noqa: A002 (seed 002's word)
+        id: str,  # noqa: A002 (docs/design.md#ids)
         value: Any = None,
         *,
         at: datetime | None = None,
         delay: Duration | None = None,
     ) -> None:
-        """Make the id's job run with ``value``, whatever its state (seed 002 ``set``).
+        """Make the id's job run with ``value``, whatever its state (docs/design.md#ids).
 
         None or done (while ``dedupe`` keeps it): adds a job. Scheduled or waiting:
         replaces its value and time (a debounce, with ``delay``). Running: one run more
@@ -267,7 +267,7 @@ class Queue:
         LockTimeout, WrongDatabase
             See :func:`django_jobqueue.enqueue.create_job`.
 
-        Implements: seed 002, "Four calls, one table" (``set``); "Debounce and throttle".
+        Implements: docs/design.md#ids.
         """
         using, queue = self._target(id)
         _check_value(value)
@@ -299,7 +299,7 @@ class Queue:
 
     def update(
         self,
-        id: str,  # noqa: A002 (seed 002's word)
+        id: str,  # noqa: A002 (docs/design.md#ids)
         value: Any = None,
         *,
         at: datetime | None = None,
@@ -329,7 +329,7 @@ class Queue:
         LockTimeout, WrongDatabase
             See :func:`django_jobqueue.enqueue.create_job`.
 
-        Implements: seed 002, "Four calls, one table" (``update``).
+        Implements: docs/design.md#ids.
         """
         using, queue = self._target(id)
         _check_value(value)
@@ -349,7 +349,7 @@ class Queue:
 
         return locked(using, queue, id, body, wrote=bool)
 
-    def cancel(self, id: str) -> bool:  # noqa: A002 (seed 002's word)
+    def cancel(self, id: str) -> bool:  # noqa: A002 (docs/design.md#ids)
         """Remove the id's waiting or failed job, or ask its running job to stop.
 
         Parameters
@@ -372,7 +372,7 @@ class Queue:
         LockTimeout, WrongDatabase
             See :func:`django_jobqueue.enqueue.create_job`.
 
-        Implements: seed 002, "Four calls, one table" (``cancel``).
+        Implements: docs/design.md#ids.
         """
         using, queue = self._target(id)
         if kind_of(holder(using, queue, id, lock=False)) in (Kind.NONE, Kind.DONE):
@@ -402,7 +402,7 @@ class Queue:
 
     # -- reading ---------------------------------------------------------------
 
-    def get(self, id: str) -> JobView | None:  # noqa: A002 (seed 002's word)
+    def get(self, id: str) -> JobView | None:  # noqa: A002 (docs/design.md#ids)
         """Return the job that holds ``id`` in this queue, or None.
 
         Parameters
@@ -421,7 +421,7 @@ class Queue:
         InvalidJobId
             If ``id`` is not 1 to 1,024 bytes of UTF-8.
 
-        Implements: seed 002, "Ids" (``get``).
+        Implements: docs/design.md#ids.
         """
         using, queue = self._target(id)
         row = holder(using, queue, id, lock=False)
@@ -466,7 +466,7 @@ class Queue:
         InvalidJobId
             If ``prefix`` is not 1 to 1,024 bytes of UTF-8.
 
-        Implements: seed 002, "Pages of jobs".
+        Implements: docs/design.md#ids.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_JOBS:
             raise InvalidOption(

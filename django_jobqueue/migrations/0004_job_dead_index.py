@@ -1,4 +1,4 @@
-"""A partial index of the dead letters per queue, on PostgreSQL (issue 13 item 9).
+"""A partial index of the dead letters per queue, on PostgreSQL.
 
 The console's overview and ``/metrics/`` count dead letters per queue. Over the
 status index that count reads every dead row's heap page (about 50 ms for 50,000

@@ -1,11 +1,11 @@
-"""Fewer index entries per enqueued job, on PostgreSQL (issue 15, "Enqueue").
+"""Fewer index entries per enqueued job, on PostgreSQL.
 
 Every insert writes an entry into each index of the job table. Two of them held
 nothing useful for most jobs:
 
 - ``jq_job_id_uniq`` (queue, job_id_hash) and ``jq_job_ukey_uniq`` (queue,
   unique_key_hash) held an entry for every job, NULL hash included, though only a
-  job with a seed 002 id or a unique key has anything to guard. They become
+  job with an id or a unique key has anything to guard. They become
   partial unique indexes ``WHERE <hash> IS NOT NULL``, under the same names: the
   same rule (PostgreSQL never compares NULLs in a unique index), and a plain job
   writes neither. ``INSERT ... ON CONFLICT DO NOTHING``, the keyed insert of

@@ -1,9 +1,9 @@
-"""Schedules: plans that make jobs, once at a time or on a cron expression (seed 004).
+"""Schedules: plans that make jobs, once at a time or on a cron expression (docs/design.md#plans).
 
-Seed 004's schedule store maps onto this package once, here:
+The design's schedule store (docs/design.md#plans) maps onto this package once, here:
 
 ==============================  ===============================================
-seed 004                        here
+design word                     here
 ==============================  ===============================================
 ``Foreman.AddJobWithSchedule``  :func:`add_job_with_schedule`, ``send.schedule``
 ``CreateScheduleJob``           :func:`add_job_with_schedule`, :func:`sync_declared_plans`

@@ -133,7 +133,7 @@ def next_tick(cron: str, tz_name: str, after: datetime) -> datetime | None:
         rule: a skipped wall time runs when the clock jumps; a repeated one runs
         once, at its first occurrence, unless the hour field is ``*``.
 
-    Implements: issue 6, "Time is UTC inside; cron in the plan's time zone".
+    Implements: docs/design.md#plans.
     """
     tz = ZoneInfo(tz_name)
     repeat = _repeats_in_overlap(cron)
@@ -173,7 +173,7 @@ def next_tick(cron: str, tz_name: str, after: datetime) -> datetime | None:
 
 
 def tick_job_id(name: str, tick: datetime) -> str:
-    """Return the job id (seed 002) of plan ``name``'s run at ``tick``.
+    """Return the job id (docs/design.md#ids) of plan ``name``'s run at ``tick``.
 
     ``schedule:<name>:<tick in UTC, ISO 8601>``, e.g.
     ``schedule:digest:2026-03-29T01:00:00Z``: one tick, one id, on every host.

@@ -167,7 +167,7 @@ def sync_declared_plans(using: str, *, now: datetime | None = None) -> dict[str,
     ImproperlyConfiguredJobQueue
         If a declaration is invalid (see :func:`declared_plans`). Nothing is written.
 
-    Implements: issue 6, "declarative periodic plans synced on start".
+    Implements: docs/design.md#plans.
     """
     now = now or timezone.now()
     plans = declared_plans()
@@ -203,6 +203,6 @@ def sync_declared_plans(using: str, *, now: datetime | None = None) -> dict[str,
 def on_foreman_start(using: str) -> dict[str, int]:
     """Run once when a foreman starts: sync the declared plans (see :func:`sync_declared_plans`).
 
-    Implements: issue 6, "synced on start".
+    Implements: docs/design.md#plans.
     """
     return sync_declared_plans(using)

@@ -1,4 +1,4 @@
-"""Materialising due plans: each (plan, tick) makes at most one job (seed 004).
+"""Materialising due plans: each (plan, tick) makes at most one job (docs/design.md#plans).
 
 Each foreman calls :func:`materialize_due` about once a second; the module docstring
 of :mod:`django_jobqueue.schedules` states the guarantees (one job per tick, late and
@@ -188,8 +188,7 @@ def materialize_due(using: str, *, now: datetime | None = None) -> int:
     int
         The number of jobs made by this call.
 
-    Implements: seed 004 JobStorage.GetScheduledJob + UpdateScheduledJob; issue 6,
-    "each (plan, tick) makes at most one job".
+    Implements: docs/design.md#plans.
     """
 
     def due_plans() -> list[tuple[int, datetime]]:

@@ -137,7 +137,7 @@ def add_job_with_schedule(
     DuplicateJob
         If a plan with this ``name`` exists already.
 
-    Implements: seed 004 Foreman.AddJobWithSchedule, JobStorage.CreateScheduleJob.
+    Implements: docs/design.md#plans.
     """
     if not isinstance(at, datetime) or timezone.is_naive(at):
         raise InvalidOption(f"at must be an aware datetime (with tzinfo): got {at!r}.")
@@ -187,7 +187,7 @@ def get_scheduled_jobs(
     enabled_only:
         Leave out disabled plans.
 
-    Implements: seed 004 JobStorage.GetScheduledJob(from, to).
+    Implements: docs/design.md#plans.
     """
     plans = ScheduleJob.objects.using(using).filter(schedule_at__gte=from_at, schedule_at__lt=to_at)
     if enabled_only:
@@ -212,7 +212,7 @@ def iso_utc(when: datetime) -> str:
 def set_enabled(using: str, names: Iterable[str], *, enabled: bool) -> int:
     """Enable or disable the plans named ``names``; see :func:`set_enabled_plans`.
 
-    Implements: issue 6, "enable/disable".
+    Implements: docs/design.md#plans.
     """
     plans = ScheduleJob.objects.using(using).filter(name__in=list(names))
     return set_enabled_plans(plans, enabled=enabled)
@@ -226,7 +226,7 @@ def set_enabled_plans(plans: QuerySet[ScheduleJob], *, enabled: bool) -> int:
     ``catch_up``. A retired plan comes back as active. A one-off plan keeps its
     time (a time in the past runs at the next pass).
 
-    Implements: issue 6, "enable/disable".
+    Implements: docs/design.md#plans.
     """
     now = timezone.now()
     changed = 0
@@ -257,7 +257,7 @@ def run_now(using: str, name: str) -> str:
     ScheduleJob.DoesNotExist
         If no plan has this name.
 
-    Implements: issue 6, "run now".
+    Implements: docs/design.md#plans.
     """
     now = timezone.now().replace(microsecond=0)
     with transaction.atomic(using=using):

@@ -1,5 +1,5 @@
-"""The entries of a job's ``errors`` list: one per failed attempt (seed 004
-JobStorage SetJobError), with its message, exception class and traceback, each
+"""The entries of a job's ``errors`` list: one per failed attempt
+(docs/design.md#execution), with its message, exception class and traceback, each
 made storable on every database."""
 
 from __future__ import annotations

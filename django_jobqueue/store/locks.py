@@ -1,6 +1,7 @@
-"""Advisory locks per database vendor: the creation lock of seed 004.
+"""Advisory locks per database vendor: the creation lock (docs/design.md#creation).
 
-Creation of a job that carries an id (seed 002) or a unique key (seed 000) runs
+Creation of a job that carries an id (docs/design.md#ids) or a unique key
+(docs/design.md#unique-keys) runs
 inside :func:`creation_lock`, which serialises all creators of the same names:
 
 - **PostgreSQL**: ``pg_advisory_xact_lock`` inside the data transaction, on a 64-bit
@@ -12,7 +13,7 @@ inside :func:`creation_lock`, which serialises all creators of the same names:
 - **MySQL/MariaDB**: ``GET_LOCK`` on a *dedicated* connection (one per thread and
   alias), held across the data transaction and released in ``finally`` on that same
   connection, so the release always runs whatever happens to the data transaction
-  (seed 004's leak came from releasing on a handle that had committed). Names are
+  (docs/design.md#execution). Names are
   ``jq:`` plus 48 hex digits of SHA-256 (51 characters, under MySQL's 64).
 - **SQLite**: no named lock exists or is needed: a write transaction serialises all
   writers. Creation always opens it with ``BEGIN IMMEDIATE`` (whatever the
@@ -30,7 +31,7 @@ hold database locks that a stripe holder waits for.
 Names are always taken in sorted order, so two creators never deadlock on two keys.
 When the caller's own transaction is open, PostgreSQL holds the lock until it ends;
 MySQL releases it after the insert, and the unique index over (queue, hash) is the
-last line (seed 004's gap, closed).
+last line (docs/design.md#execution).
 
 Raw SQL lives only in this module.
 """
@@ -140,7 +141,7 @@ def retry_when_locked(
         inside the caller's transaction (the message says which). Nothing was
         written by the call.
 
-    Implements: seed 004, "Duplicate-job locking" (SQLite's single writer).
+    Implements: docs/design.md#creation.
     """
     if timeout_ms is None:
         timeout_ms = get_config().LOCK_TIMEOUT_MS
@@ -236,8 +237,7 @@ def creation_lock(using: str, names: Sequence[str], *, timeout_ms: int) -> Itera
     LockTimeout
         If a lock was not granted within ``timeout_ms``. Nothing was written.
 
-    Implements: seed 004, "Duplicate-job locking" (CreateJob/InjectJob; Foreman's
-    striped mutex).
+    Implements: docs/design.md#creation.
     """
     ordered = sorted(set(names))
     conn = connections[using]
@@ -351,7 +351,7 @@ class _ThreadLockConnections:
     which Python drops as the thread ends: the finalizer then closes the connections
     at once, by reference count. Django's connection wrappers sit in reference
     cycles, so without it each dead thread's connection stayed open on the server
-    until a garbage collection (issue 11: 71 against a baseline of 1).
+    until a garbage collection (71 against a baseline of 1, measured).
     """
 
     def __init__(self) -> None:

@@ -5,7 +5,7 @@ validated :class:`JobSpec` (built by :func:`django_jobqueue.enqueue.build_job`) 
 the caller's transaction on the jobs' database. A job with an id or a unique key is
 created under :func:`django_jobqueue.store.locks.creation_lock`:
 
-1. a cheap pre-check, without locks (seed 004 CheckDuplicateJob);
+1. a cheap pre-check, without locks (docs/design.md#creation);
 2. the locks of its (queue, id) and (queue, unique key), in sorted order;
 3. a re-check of the holders, clearing any stale hold (an id past ``dedupe``/``keep``,
    a unique key past its TTL);
@@ -73,7 +73,7 @@ _MS = timedelta(milliseconds=1)
 class EnqueueResult(dict[str, str]):
     """The answer of an enqueue: ``{"status": "enqueued" | "deduplicated", "jid": ...}``.
 
-    A dict (seed 000's shape) with attribute access. ``jid`` of a deduplicated
+    A dict (docs/design.md#unique-keys) with attribute access. ``jid`` of a deduplicated
     enqueue is the jid of the job holding the unique key.
     """
 
@@ -259,13 +259,13 @@ class JobManager(models.Manager[_M]):
         Raises
         ------
         DuplicateJob
-            If another job holds ``spec.job_id`` on its queue (seed 004 DUPLICATE_JOB).
+            If another job holds ``spec.job_id`` on its queue (docs/design.md#execution).
         LockTimeout
             If a creation lock, or SQLite's write lock, was not had in time.
         WrongDatabase
             If the caller's transaction is open on another alias than the jobs'.
 
-        Implements: seed 004 JobStorage CheckDuplicateJob + CreateJob; seed 000 unique jobs.
+        Implements: docs/design.md#creation, docs/design.md#unique-keys.
         """
         check_transaction(spec.using)
         timeout_ms = get_config().LOCK_TIMEOUT_MS
@@ -276,7 +276,7 @@ class JobManager(models.Manager[_M]):
     def insert_held(self, spec: JobSpec, **hold_fields: Any) -> str:
         """Insert the job of ``spec`` under the creation locks its caller holds; return its jid.
 
-        For the seed 002 verbs (:class:`django_jobqueue.ids.Queue`), which hold the
+        For the id verbs (:class:`django_jobqueue.ids.Queue`), which hold the
         lock of (queue, id) from :func:`hold_lock_names` for the whole call, read the
         id's holder and end a stale hold before they insert. A due job wakes idle
         workers once the transaction commits.
@@ -286,7 +286,7 @@ class JobManager(models.Manager[_M]):
         IntegrityError
             If a live job holds the id after all (a creator the lock let through).
 
-        Implements: seed 004 JobStorage.InjectJob (the insert of a checked job).
+        Implements: docs/design.md#execution.
         """
         jid = uuid.uuid4().hex
         self._insert(spec, jid, hold_fields)
@@ -376,7 +376,7 @@ class JobManager(models.Manager[_M]):
                 for found in holders:
                     if found[index]:
                         return _answer_holder(spec, (kind, found[0]))
-        holder = self._live_holder(spec)  # seed 004 CheckDuplicateJob: cheap, lock-free
+        holder = self._live_holder(spec)  # the duplicate check: cheap, lock-free
         if holder is not None:
             return _answer_holder(spec, holder)
         for attempt in range(1, _INTEGRITY_RETRIES + 1):
@@ -486,7 +486,7 @@ class ScheduleJobManager(models.Manager[_M]):
         DuplicateJob
             If a plan named ``fields["name"]`` exists already. Nothing is written.
 
-        Implements: seed 004 JobStorage.CreateScheduleJob.
+        Implements: docs/design.md#plans.
         """
         name = fields["name"]
         try:

@@ -1,4 +1,4 @@
-"""Queue pause and resume (issue 13 item 2).
+"""Queue pause and resume.
 
 Policy
 ------
@@ -65,8 +65,6 @@ def pause_queue(using: str, queue: str, *, by: str = "") -> bool:
     ------
     InvalidOption
         If ``queue`` is not a queue name.
-
-    Implements: issue 13 item 2 "queue pause and resume".
     """
     _check_queue(queue)
     try:
@@ -88,8 +86,6 @@ def resume_queue(using: str, queue: str) -> bool:
     ------
     InvalidOption
         If ``queue`` is not a queue name.
-
-    Implements: issue 13 item 2 "queue pause and resume".
     """
     _check_queue(queue)
     deleted, _ = QueuePause.objects.using(using).filter(queue=queue).delete()
@@ -114,8 +110,6 @@ def paused_queues(using: str, *, max_age_s: float = CACHE_SECONDS) -> frozenset[
     frozenset of str
         The paused queue names. A claim excludes them with no query of its own
         (``queue NOT IN (...)``, or skipping them in a named-queue claim).
-
-    Implements: issue 13 item 2 ("within 1 s ... no extra query per claim").
     """
     now = time.monotonic()
     with _lock:

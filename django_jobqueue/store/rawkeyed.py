@@ -1,7 +1,8 @@
 """PostgreSQL's keyed insert: creation locks tried, row inserted and holders read, in one statement.
 
-For a job with a seed 002 id or a unique key (seed 000), the plain enqueue's raw
-insert (:mod:`django_jobqueue.store.rawinsert`) inside seed 004's lock protocol, as one
+For a job with an id or a unique key (docs/design.md#unique-keys), the plain enqueue's raw
+insert (:mod:`django_jobqueue.store.rawinsert`) inside the lock protocol (docs/design.md#creation),
+as one
 round trip: :func:`insert_unless_held`. The managers call it first and fall back to
 their locked path (:mod:`django_jobqueue.store.locks`) whenever it cannot decide.
 """

@@ -1,7 +1,7 @@
 """Job types: registration, ``JOBQUEUE["JOB_TYPES"]`` and JobDescription lookup.
 
-A job type (seed 004 "title") names a handler ``handler(payload, ctx)``, sync or
-async, and carries seed 004's JobDescription options. Job types come from two
+A job type (docs/design.md#execution) names a handler ``handler(payload, ctx)``, sync or
+async, and carries the job type's options. Job types come from two
 places: :func:`register`, which the ``@job`` decorator of
 :mod:`django_jobqueue.handle` calls in any module (each installed app's ``jobs``
 module is imported on first lookup, as the admin autodiscovers ``admin``), and
@@ -79,32 +79,32 @@ _JOB_TYPE_KEYS = frozenset(
 
 @dataclass(frozen=True)
 class JobDescription:
-    """A registered job type (seed 004 JobDescription).
+    """A registered job type (docs/design.md#execution).
 
     ``None`` in an option means "the ``JOBQUEUE`` default, read when used".
     """
 
-    #: The job type's name (seed 004 Title), such as ``"emails.send"``.
+    #: The job type's name (docs/design.md#execution), such as ``"emails.send"``.
     name: str
     #: ``handler(payload, ctx)``; a coroutine function runs in its own event loop.
     handler: Callable[..., Any]
     #: Queue its jobs go to unless the enqueue says otherwise.
     queue: str | None = None
-    #: Retries after the first attempt (seed 004 MaxRetry).
+    #: Retries after the first attempt (docs/design.md#execution).
     max_retry: int | None = None
-    #: Run time limit of one attempt, ms (seed 004 TTL, there in seconds).
+    #: Run time limit of one attempt, ms (docs/design.md#execution).
     timeout_ms: int | None = None
-    #: Most jobs of this type one foreman runs at once (seed 004 Concurrent); None: no limit.
+    #: Most jobs of this type one foreman runs at once (docs/design.md#execution); None: no limit.
     concurrent: int | None = None
-    #: Default priority, 1 runs first (seed 004 Priority).
+    #: Default priority, 1 runs first (docs/design.md#execution).
     priority: int | None = None
-    #: Never show payload or result in the admin, the console or logs (seed 004 Secure).
+    #: Never show payload or result in the admin, the console or logs (docs/design.md#execution).
     secure: bool = False
-    #: How long a done job keeps its id (seed 002 ``dedupe``); UNSET: the queue's.
+    #: How long a done job keeps its id (docs/design.md#ids); UNSET: the queue's.
     dedupe: timedelta | None = UNSET
-    #: How long a dead letter stays (seed 002 ``keep``); None: the queue's.
+    #: How long a dead letter stays (docs/design.md#ids); None: the queue's.
     keep: timedelta | None = None
-    #: A periodic plan of this type (issue 6): cron expression, or None for none.
+    #: A periodic plan of this type: cron expression, or None for none.
     cron: str | None = None
     #: The IANA time zone the cron expression is read in.
     timezone: str = "UTC"

@@ -1,4 +1,4 @@
-"""Unique-key rules (seed 000 "Unique jobs"): modes, the TTL clamp, the Pro gate, releases.
+"""Unique-key rules (docs/design.md#core-and-pro): modes, the TTL clamp, the Pro gate, releases.
 
 A job enqueued with a ``unique_key`` holds (queue, unique key) from its creation:
 while the hold is live an identical enqueue answers ``deduplicated``. Its mode says
@@ -16,7 +16,7 @@ when the hold ends early; its TTL always bounds it:
 In every mode a cancel ends the hold at once (:func:`cancel_release`), with the
 job's id: a cancelled job is one nobody wants, so it must not turn an identical
 enqueue away. A dead letter (``error``, ``max_retry``) is not a cancel and keeps
-its key until the TTL (seed 000).
+its key until the TTL (docs/design.md#unique-keys).
 
 The TTL is clamped to 1 s .. 7 days (default 1 hour). The hold itself is the row's
 ``unique_key_hash`` (see :mod:`django_jobqueue.models`); the manager's create path
@@ -50,14 +50,14 @@ __all__ = [
     "unique_options",
 ]
 
-#: The modes (seed 000 "Modes"); ``models.UniqueMode`` stores them.
+#: The modes (docs/design.md#unique-keys); ``models.UniqueMode`` stores them.
 WHILE_LOCKED = "while_locked"
 UNTIL_EXECUTING = "until_executing"
 UNTIL_EXECUTED = "until_executed"
 #: The modes that need a valid Pro licence.
 PRO_MODES = (UNTIL_EXECUTING, UNTIL_EXECUTED)
 MODES = (WHILE_LOCKED, *PRO_MODES)
-#: Unique key TTL bounds and default (seed 000), ms.
+#: Unique key TTL bounds and default (docs/design.md#unique-keys), ms.
 UNIQUE_TTL_MIN_MS = 1_000
 UNIQUE_TTL_MAX_MS = 7 * 86_400_000
 UNIQUE_TTL_DEFAULT_MS = 3_600_000
@@ -99,7 +99,7 @@ def unique_options(
     ProRequired
         If the mode is a Pro mode and no valid licence is in force.
 
-    Implements: seed 000 "Unique jobs" (modes, TTL, editions).
+    Implements: docs/design.md#unique-keys.
     """
     if unique_key is None:
         return "", UNIQUE_TTL_DEFAULT_MS

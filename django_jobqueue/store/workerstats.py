@@ -1,4 +1,4 @@
-"""The worker registry and the per-minute job statistics (issue 13 items 1 and 3).
+"""The worker registry and the per-minute job statistics.
 
 Policy
 ------
@@ -120,7 +120,7 @@ def register_worker(
     InvalidOption
         If ``name`` is empty or longer than 200 characters, or ``concurrency`` < 1.
 
-    Implements: issue 13 item 1 "worker registry".
+    Implements: docs/design.md#execution.
     """
     if not isinstance(name, str) or not 0 < len(name) <= 200:
         raise InvalidOption(f"A worker name must be 1 to 200 characters: got {name!r}.")
@@ -179,7 +179,7 @@ def beat_worker(using: str, name: str, *, busy: int, done: int, failed: int) -> 
         True if the row existed; False if it had been pruned and was made again (an
         upsert: the worker shows as live either way).
 
-    Implements: issue 13 item 1 "the foreman's heartbeat keeps it alive".
+    Implements: docs/design.md#execution.
     """
     values = {"last_seen_at": Now(), "busy": busy, "done": done, "failed": failed}
     workers = Worker.objects.using(using)
@@ -222,7 +222,7 @@ def stop_worker(
 def live_workers(using: str) -> list[Worker]:
     """Return the workers seen within three heartbeats (database clock) and not stopped.
 
-    Implements: issue 13 item 1 ("gone after three missed heartbeats").
+    Implements: docs/design.md#execution.
     """
     since = Now() - _heartbeat_window()
     live = Worker.objects.using(using).filter(last_seen_at__gte=since, stopped_at__isnull=True)
@@ -247,7 +247,7 @@ def prune_workers(using: str, *, older_than: timedelta = timedelta(days=1)) -> i
 def prune_stats(using: str, *, now: datetime | None = None) -> int:
     """Delete :class:`JobStat` rows older than ``STATS_RETENTION``; return how many.
 
-    Implements: issue 13 item 3 "a retention setting bounds them".
+    Implements: docs/design.md#execution.
     """
     cutoff = (now or datetime.now(UTC)) - get_config().STATS_RETENTION
     deleted, _ = JobStat.objects.using(using).filter(minute__lt=cutoff).delete()
@@ -366,7 +366,7 @@ class StatsBuffer:
             If the upsert kept failing (its counts are back in the buffer, for the
             next flush).
 
-        Implements: issue 13 item 3 "in batches (a flush every few seconds, by upsert)".
+        Implements: docs/design.md#execution.
         """
         rows = self._take()
         if not rows:
@@ -551,7 +551,7 @@ def count_deduplicated(specs: Sequence[Any], answers: Sequence[Any]) -> None:
     error, not an answer, and is not counted. Writes nothing now unless the
     process's counts are due (:meth:`CreateStats.record`).
 
-    Implements: issue 13 item 3 ("the create path write[s] them in batches").
+    Implements: docs/design.md#execution.
     """
     turned_away: Counter[tuple[str, str, str]] = Counter()
     for spec, answer in zip(specs, answers, strict=True):

@@ -37,7 +37,7 @@ class JobQueueBackend(BaseTaskBackend):
     ``OPTIONS["task_options"]`` wins over :func:`task_options`, which wins over the
     backend's defaults; unset options fall back to ``JOBQUEUE``'s defaults.
 
-    Implements: issue 7, "A backend for Django's own tasks framework".
+    Implements: docs/design.md#states.
     """
 
     supports_defer = True
@@ -134,7 +134,7 @@ class JobQueueBackend(BaseTaskBackend):
             As :func:`django_jobqueue.enqueue.enqueue_job` raises (``LockTimeout``,
             ``WrongDatabase``, ``ProRequired``). Nothing is written then.
 
-        Implements: issue 7, "Enqueue".
+        Implements: docs/design.md#states.
         """
         # deferred: enqueue imports models, and TASKS may load this before apps are ready
         from ..enqueue import enqueue_job, jobs_database
@@ -187,7 +187,7 @@ class JobQueueBackend(BaseTaskBackend):
         TaskResultDoesNotExist
             If no job has this jid, or the job is not a task's.
 
-        Implements: issue 7, "Results".
+        Implements: docs/design.md#states.
         """
         # deferred: enqueue imports models, and TASKS may load this before apps are ready
         from ..enqueue import jobs_database

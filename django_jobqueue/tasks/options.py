@@ -105,7 +105,7 @@ def task_options(
         Run time limit of one attempt: a duration (``"30s"``, seconds, timedelta).
     unique:
         True: while a job of this task with the same args and kwargs holds the
-        unique key, enqueueing it again returns that job's result (seed 000).
+        unique key, enqueueing it again returns that job's result (docs/design.md#unique-keys).
     unique_mode:
         ``while_locked`` (default), ``until_executing`` or ``until_executed`` (Pro).
     unique_ttl:
@@ -121,7 +121,7 @@ def task_options(
     ImproperlyConfiguredJobQueue
         If an option is invalid, or if the decorator is put above ``@task``.
 
-    Implements: issue 7, "Options for retries, timeout and unique keys".
+    Implements: docs/design.md#states.
     """
     given = {
         key: value

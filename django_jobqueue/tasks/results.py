@@ -66,7 +66,7 @@ def task_priority_to_job_priority(priority: int) -> int:
     InvalidTask
         If ``priority`` is outside -100 .. 100.
 
-    Implements: issue 7, "Enqueue" (priority mapped without losing order).
+    Implements: docs/design.md#states.
     """
     if not TASK_MIN_PRIORITY <= priority <= TASK_MAX_PRIORITY:
         raise InvalidTask(
@@ -81,7 +81,7 @@ def job_priority_to_task_priority(priority: int) -> int:
 
     A job priority outside 1 .. 201 (changed by hand) is clamped to -100 .. 100.
 
-    Implements: issue 7, "Enqueue" (priority mapped without losing order).
+    Implements: docs/design.md#states.
     """
     return max(TASK_MIN_PRIORITY, min(TASK_MAX_PRIORITY, _PRIORITY_PIVOT - priority))
 
@@ -94,7 +94,7 @@ def job_status_to_task_status(status: str) -> Any:
     ValueError
         If ``status`` is not a :class:`JobStatus` value.
 
-    Implements: issue 7, "Results" (status).
+    Implements: docs/design.md#states.
     """
     # deferred: TASKS may load this before apps are ready, and models need them
     from ..models import JobStatus
@@ -139,7 +139,7 @@ def find_task(name: str) -> Any:
         The task; None if ``name`` is not a dotted path of at most 200 characters, is
         outside the installed apps, cannot be imported or is not a ``Task``.
 
-    Implements: issue 7, "Run" (job type = the task's module path).
+    Implements: docs/design.md#states.
     """
     if not _DOTTED_PATH.fullmatch(name) or len(name) > 200:
         return None
@@ -189,7 +189,7 @@ def task_result_from_job(job: Job, *, task: Any = None) -> Any:
     TaskResultDoesNotExist
         If the job is not a task's (another job type, or a task no longer importable).
 
-    Implements: issue 7, "Results".
+    Implements: docs/design.md#states.
     """
     payload = job.payload
     if task is None:

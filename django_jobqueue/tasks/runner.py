@@ -36,7 +36,7 @@ def task_job_description(name: str) -> JobDescription | None:
     imported) are imported, so a job type name from outside never imports an
     arbitrary module.
 
-    Implements: issue 7, "Run" (job type = the task's module path).
+    Implements: docs/design.md#states.
     """
     desc = _descriptions.get(name)
     if desc is not None:
@@ -98,7 +98,7 @@ def run_task_job(payload: Any, ctx: Any) -> Any:
         Whatever the task raises (a failed attempt), or ``TypeError`` if its return
         value is not JSON-serializable.
 
-    Implements: issue 7, "Run".
+    Implements: docs/design.md#states.
     """
     job = getattr(ctx, "job", None)
     if job is None:

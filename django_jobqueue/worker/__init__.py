@@ -1,1 +1,1 @@
-"""The consumer side: foreman, governor, executor and middleware (seed 004)."""
+"""The consumer side: foreman, governor, executor and middleware (docs/design.md#execution)."""

@@ -3,7 +3,7 @@
 A claim takes up to the free slots plus the prefetch in one statement
 (:func:`django_jobqueue.storage.claim`); the claiming runner keeps the first job
 and the rest wait in the foreman's inbox, in claim order, for the next runner that
-is free (the in-memory hand-off of issue 15 item 3). One claim at a time per
+is free (the in-memory hand-off). One claim at a time per
 foreman, under its claim lock; a held job is taken without that lock.
 
 A runner that takes the last held job while the queue was not found drained

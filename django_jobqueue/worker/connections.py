@@ -88,8 +88,7 @@ def check_before_handler(idle_s: float = IDLE_CHECK_S) -> int:
     int
         The dead connections closed. Never raises.
 
-    Implements: issue 11 item 1 ("a handler starts on a connection checked just
-    before it").
+    Implements: docs/design.md#execution.
     """
     closed = 0
     for conn in connections.all(initialized_only=True):

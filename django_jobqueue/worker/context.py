@@ -23,9 +23,9 @@ class JobContext:
     jid:
         The job's public handle.
     job_id:
-        Its caller-chosen id (seed 002), or None.
+        Its caller-chosen id (docs/design.md#ids), or None.
     attempt:
-        This attempt's number, 1 for the first (seed 004 Try).
+        This attempt's number, 1 for the first (docs/design.md#execution).
     queue, job_type:
         The job's queue and type.
     worker:
@@ -33,7 +33,7 @@ class JobContext:
     logger:
         A logger for the handler (``django_jobqueue.job.<job type>``).
 
-    Implements: seed 004 HandlerFunc's context (job, retry count, logger).
+    Implements: docs/design.md#execution.
     """
 
     def __init__(self, job: Job, *, worker: str = "", lease_ms: int | None = None) -> None:

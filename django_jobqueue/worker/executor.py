@@ -224,7 +224,7 @@ def execute(
         stored because the lease was lost (reaped, timed out, handed back), or
         :data:`PENDING` when a success went to ``completer``.
 
-    Implements: seed 004 Foreman worker loop (run HandlerFunc, UpdateJobResult).
+    Implements: docs/design.md#execution.
     """
     started = time.monotonic()
     _log_start(job)

@@ -1,4 +1,4 @@
-"""The foreman: the worker threads of one process (seed 004 Foreman).
+"""The foreman: the worker threads of one process (docs/design.md#execution).
 
 One foreman runs in the thread that calls :meth:`Foreman.run` and owns:
 
@@ -26,7 +26,7 @@ One foreman runs in the thread that calls :meth:`Foreman.run` and owns:
 The helper threads, the wake-ups and the outcome counting are in :mod:`.housekeeping`.
 Paused queues (:mod:`django_jobqueue.store.pauses`) are left out by :func:`storage.claim`.
 
-Shutdown (seed 004 Strike): :meth:`Foreman.stop` (the first SIGTERM/SIGINT) stops
+Shutdown (docs/design.md#execution): :meth:`Foreman.stop` (the first SIGTERM/SIGINT) stops
 claiming and lets running jobs finish for up to ``shutdown_timeout_ms``; then the
 unfinished ones are handed back to the queue (:func:`storage.hand_back`). A second
 call (signal) hands them back at once. No job is lost either way, and a job whose
@@ -84,8 +84,7 @@ class Foreman(ForemanClaims, ForemanThreads):
     ImproperlyConfiguredJobQueue
         If ``JOBQUEUE`` or a middleware path is invalid.
 
-    Implements: seed 004 "type Foreman" (Serve, Strike, AddMiddleware) and
-    NewForeman.
+    Implements: docs/design.md#execution.
     """
 
     def __init__(self, options: ForemanOptions | None = None) -> None:
@@ -177,7 +176,7 @@ class Foreman(ForemanClaims, ForemanThreads):
         #: last look for due jobs waits for the housekeeping thread's pass to commit.
         self._making_due = threading.RLock()
         #: Down while the listener has no LISTEN session: idle slots then poll at
-        #: min_sleep_ms, since a wake-up sent meanwhile is lost (issue 11 item 2).
+        #: min_sleep_ms, since a wake-up sent meanwhile is lost.
         self.listener = wakeup.ListenerHealth()
         #: Jobs this foreman ran to a stored outcome, by status (for summaries and tests).
         self.stats: dict[str, int] = {}
@@ -191,7 +190,7 @@ class Foreman(ForemanClaims, ForemanThreads):
 
         A second call forces. Thread- and signal-safe.
 
-        Implements: seed 004 Foreman.Strike.
+        Implements: docs/design.md#execution.
         """
         if self._stopping.is_set() or force:
             self._forced.set()
@@ -252,7 +251,7 @@ class Foreman(ForemanClaims, ForemanThreads):
         dict[str, int]
             Jobs this foreman stored an outcome for, by status.
 
-        Implements: seed 004 Foreman.Serve.
+        Implements: docs/design.md#execution.
         """
         relay = SignalRelay(self._handle_signal)
         try:
@@ -344,7 +343,8 @@ class Foreman(ForemanClaims, ForemanThreads):
         held, the last claim took all it asked for (more may be due), a wake-up
         found no idle runner a dispatcher tick ago and no claim or idle runner
         since, or wake-ups may be lost (the listener is down: then every found job
-        may mean more, as seed 004's governor has it). The tick's wait lets a busy
+        may mean more, as the governor has it (docs/design.md#glossary)). The tick's wait lets a
+        busy
         runner's next claim take the job of a wake-up: on PostgreSQL an in-process
         enqueue wakes twice (its event, its NOTIFY), and the second finds the first's
         runner awake with that very job.

@@ -1,10 +1,10 @@
 """The governor: when a foreman spawns a worker thread and how long idle workers sleep.
 
-Policy (seed 004 LocalOndemandGovernor):
+Policy (docs/design.md#execution):
 
 - **Spawn on demand.** A foreman starts with no worker. :meth:`Governor.spawn`
   allows one more worker while ``workers < max_workers``, at most one per
-  ``ramp_time_ms`` (seed 004 RampTime), and only while there is demand: no worker
+  ``ramp_time_ms`` (docs/design.md#execution), and only while there is demand: no worker
   runs yet, or the last claim found a job (the queue is not idle).
 - **Adaptive idle sleep.** Each claim that finds nothing (:meth:`no_job`) doubles
   the sleep, ``sleep = min(max_sleep_ms, max(min_sleep_ms, 2 * sleep))``; a claim
@@ -15,7 +15,7 @@ Policy (seed 004 LocalOndemandGovernor):
 - **Per-type limit.** A job type with ``concurrent = n`` runs at most ``n`` jobs at
   once in one foreman. Claims run in parallel, so each claim first *reserves* one
   place in every limited type that has room (:meth:`reserve`): a type is skipped
-  (seed 004 Governor.Spawn's ignore list) when ``running + reserved >= n``. When the
+  (docs/design.md#execution) when ``running + reserved >= n``. When the
   claim returns, :meth:`settle` drops the reservations and counts the job claimed.
   A limit is never overshot, and no lock is held across the claim's round trip.
 
@@ -37,18 +37,18 @@ class Governor:
     Parameters
     ----------
     max_workers:
-        Most worker threads (seed 004 QueueConfig.Concurrent), >= 1.
+        Most worker threads (docs/design.md#execution), >= 1.
     min_sleep_ms, max_sleep_ms:
         Bounds of the idle sleep, ms.
     ramp_time_ms:
-        Least time between two spawns, ms (seed 004 RampTime).
+        Least time between two spawns, ms (docs/design.md#execution).
     concurrent:
-        Per job type, most jobs running at once (seed 004 JobDescription.Concurrent);
+        Per job type, most jobs running at once (docs/design.md#execution);
         a type missing here has no limit but the worker count.
     clock:
         Monotonic clock in seconds (tests pass a fake one).
 
-    Implements: seed 004 "type LocalOndemandGovernor", NewLocalOndemandGovernor.
+    Implements: docs/design.md#execution.
     """
 
     def __init__(
@@ -86,13 +86,13 @@ class Governor:
 
     @property
     def workers(self) -> int:
-        """Worker threads alive now (seed 004 GetCounter)."""
+        """Worker threads alive now (docs/design.md#execution)."""
         return self._workers
 
     def spawn(self) -> bool:
         """Return whether to start one more worker now, and count it if so.
 
-        Implements: seed 004 LocalOndemandGovernor.Spawn.
+        Implements: docs/design.md#execution.
         """
         with self._lock:
             if self._workers >= self.max_workers:
@@ -136,7 +136,7 @@ class Governor:
     def no_job(self) -> int:
         """Record a claim that found nothing; return the (grown) idle sleep in ms.
 
-        Implements: seed 004 LocalOndemandGovernor.NoJob.
+        Implements: docs/design.md#execution.
         """
         with self._lock:
             self._demand = False
@@ -156,12 +156,12 @@ class Governor:
     # Per-type limits ---------------------------------------------------------
 
     def add_job(self, job_type: str) -> None:
-        """Count a running job of ``job_type`` (seed 004 AddJob)."""
+        """Count a running job of ``job_type`` (docs/design.md#execution)."""
         with self._lock:
             self._running[job_type] = self._running.get(job_type, 0) + 1
 
     def del_job(self, job_type: str) -> None:
-        """Uncount a finished job of ``job_type`` (seed 004 DelJob)."""
+        """Uncount a finished job of ``job_type`` (docs/design.md#execution)."""
         with self._lock:
             left = self._running.get(job_type, 0) - 1
             if left > 0:

@@ -19,7 +19,7 @@ beside the worker slots:
   and prunes long-gone workers and old statistics (every :data:`PRUNE_EVERY_S`);
 - **the relay** of the in-process :data:`~.wakeup.local_event`.
 
-Implements: issue 13 items 1 (registry) and 3 (stats, written in batches).
+Implements: docs/design.md#execution.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Worker middleware (seed 004 MiddlewareFunc): callables that wrap every handler.
+"""Worker middleware (docs/design.md#execution): callables that wrap every handler.
 
 A middleware is ``middleware(handler) -> handler`` where a handler is
 ``(payload, ctx) -> result``. ``JOBQUEUE["MIDDLEWARE"]`` lists dotted paths; the
@@ -22,7 +22,7 @@ __all__ = ["Handler", "Middleware", "apply_middleware", "load_middleware"]
 
 #: ``(payload, ctx) -> result``.
 Handler = Callable[[Any, Any], Any]
-#: ``(handler) -> handler`` (seed 004 MiddlewareFunc).
+#: ``(handler) -> handler`` (docs/design.md#execution).
 Middleware = Callable[[Handler], Handler]
 
 
@@ -54,7 +54,7 @@ def load_middleware(paths: Sequence[str]) -> tuple[Middleware, ...]:
     ImproperlyConfiguredJobQueue
         If a path cannot be imported or is not callable.
 
-    Implements: seed 004 Foreman.AddMiddleware.
+    Implements: docs/design.md#execution.
     """
     return _load(tuple(paths))
 
@@ -62,7 +62,7 @@ def load_middleware(paths: Sequence[str]) -> tuple[Middleware, ...]:
 def apply_middleware(handler: Handler, middleware: Sequence[Middleware]) -> Handler:
     """Wrap ``handler`` in ``middleware``, the first item outermost.
 
-    Implements: seed 004 "type MiddlewareFunc" (order of adding matters).
+    Implements: docs/design.md#execution.
     """
     for wrap in reversed(middleware):
         handler = wrap(handler)

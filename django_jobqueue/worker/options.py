@@ -26,17 +26,17 @@ SHORT_JOB_MS = 5
 
 @dataclass(frozen=True)
 class ForemanOptions:
-    """Settings of one foreman (seed 004 QueueConfig); None: the ``JOBQUEUE`` value."""
+    """Settings of one foreman (docs/design.md#execution); None: the ``JOBQUEUE`` value."""
 
     #: Database alias of the jobs; None: ``JOBQUEUE["DATABASE"]`` or the routers'.
     using: str | None = None
     #: Queues to claim from; None or empty: every queue.
     queues: tuple[str, ...] | None = None
-    #: Most worker threads (seed 004 Concurrent).
+    #: Most worker threads (docs/design.md#execution).
     concurrency: int | None = None
-    #: Pause of a worker between two jobs, ms (seed 004 BreakTime).
+    #: Pause of a worker between two jobs, ms (docs/design.md#execution).
     break_time_ms: int | None = None
-    #: Least time between two spawns, ms (seed 004 RampTime).
+    #: Least time between two spawns, ms (docs/design.md#execution).
     ramp_time_ms: int | None = None
     #: Idle sleep bounds, ms.
     min_sleep_ms: int | None = None

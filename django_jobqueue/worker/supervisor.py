@@ -106,7 +106,7 @@ class Supervisor:
     log_level:
         Level of the ``django_jobqueue`` logger in the children.
 
-    Implements: seed 004 Foreman.Serve, run as several processes.
+    Implements: docs/design.md#execution.
     """
 
     def __init__(self, processes: int, options: dict[str, Any], *, log_level: int) -> None:

@@ -52,7 +52,7 @@ def retry_pause_s(failures: int) -> float:
     after a session was lost). 0 gives 0 (reconnect at once), then 0.1, 0.2, 0.4 ...
     capped at :data:`RETRY_MAX_S`. Raises ValueError for a negative count.
 
-    Implements: issue 11 item 2 (reconnect at once, back off from 100 ms to 5 s).
+    Implements: docs/design.md#execution.
     """
     if failures < 0:
         raise ValueError(f"failures must be >= 0, got {failures!r}")
@@ -70,8 +70,7 @@ class ListenerHealth:
     it stays True: polling at the adaptive sleep is the design there. Reading it is
     lock-free (an :class:`threading.Event` flag), cheap enough for every idle cycle.
 
-    Implements: issue 11 item 2 (idle workers poll at ``MIN_SLEEP_MS`` while the
-    listener is down).
+    Implements: docs/design.md#execution.
     """
 
     def __init__(self) -> None:
@@ -112,8 +111,7 @@ def listen(
     poll at ``MIN_SLEEP_MS``). It blocks: run it in its own thread. It raises
     nothing: failures are logged and retried.
 
-    Implements: seed 004 Foreman.Serve (wake idle workers), DESIGN "LISTEN/NOTIFY",
-    issue 11 item 2.
+    Implements: docs/design.md#execution.
     """
     health = health if health is not None else ListenerHealth()
     wrapper = connections[using]

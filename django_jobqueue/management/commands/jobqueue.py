@@ -453,7 +453,7 @@ def _licence(command: Command, **options: Any) -> None:
     command.stdout.write(describe_licence(current_licence()))
 
 
-# schedules (issue 6) --------------------------------------------------------------
+# schedules --------------------------------------------------------------
 
 
 def _schedules_arguments(parser: CommandParser) -> None:

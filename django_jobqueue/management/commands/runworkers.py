@@ -1,4 +1,4 @@
-"""``manage.py runworkers``: run foremen that claim and run jobs (seed 004 Foreman).
+"""``manage.py runworkers``: run foremen that claim and run jobs (docs/design.md#execution).
 
 The command only parses and wires: the loops live in
 :mod:`django_jobqueue.worker.foreman` and :mod:`django_jobqueue.worker.supervisor`,

@@ -2,7 +2,8 @@
 
 Policy
 ------
-Every Core feature works without a key. Pro features (seed 000: the ``until_executing``
+Every Core feature works without a key. Pro features (docs/design.md#core-and-pro: the
+``until_executing``
 and ``until_executed`` unique modes, the console's Pro routes, ...) need a licence key in
 ``JOBQUEUE["LICENCE_KEY"]``. A key is a token signed with Ed25519 by the vendor::
 

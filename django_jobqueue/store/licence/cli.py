@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0 on success; 1 if a file exists (``keygen``), the key cannot
         be issued (``issue``) or does not put Pro in force (``verify``); 2 on bad usage.
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     parser = argparse.ArgumentParser(
         prog="python -m django_jobqueue.store.licence",

@@ -76,7 +76,7 @@ def current_licence() -> Licence:
     ImproperlyConfiguredJobQueue
         If the ``JOBQUEUE`` setting itself is invalid (see ``django_jobqueue.core.conf``).
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     config = get_config()
     return judge_token(_decode_cached(config.LICENCE_KEY, tuple(config.LICENCE_PUBLIC_KEYS)), None)
@@ -95,7 +95,7 @@ def is_pro() -> bool:
     ImproperlyConfiguredJobQueue
         If the ``JOBQUEUE`` setting itself is invalid.
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     return current_licence().is_pro
 
@@ -117,7 +117,7 @@ def require_pro(feature: str) -> None:
     ImproperlyConfiguredJobQueue
         If the ``JOBQUEUE`` setting itself is invalid.
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     licence = current_licence()
     if licence.is_pro:
@@ -149,7 +149,7 @@ def check_licence(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         and one ``django_jobqueue.W011`` per unusable ``LICENCE_PUBLIC_KEYS`` entry;
         nothing if ``JOBQUEUE`` itself is invalid (``conf``'s checks report that).
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     try:
         config = get_config()

@@ -109,7 +109,7 @@ def load_public_key(data: str | bytes | Ed25519PublicKey) -> Ed25519PublicKey:
     ValueError
         If ``data`` is not an Ed25519 public key in one of these encodings.
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     if isinstance(data, Ed25519PublicKey):
         return data
@@ -149,7 +149,7 @@ def load_private_key(data: str | bytes | Ed25519PrivateKey) -> Ed25519PrivateKey
     ValueError
         If ``data`` is not an unencrypted Ed25519 private key in one of these encodings.
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     if isinstance(data, Ed25519PrivateKey):
         return data
@@ -190,7 +190,7 @@ def key_fingerprint(public_key: str | bytes | Ed25519PublicKey) -> str:
     ValueError
         If ``public_key`` is not an Ed25519 public key.
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     raw = load_public_key(public_key).public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw
@@ -212,7 +212,7 @@ def shipped_public_keys() -> tuple[Ed25519PublicKey, ...]:
     ValueError
         If a shipped file is not an Ed25519 public key (a packaging error).
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     folder = resources.files("django_jobqueue").joinpath("licence_keys")
     if not folder.is_dir():
@@ -233,7 +233,7 @@ def generate_key_pair() -> tuple[str, str]:
         The private key as unencrypted PKCS#8 PEM, and the public key as
         SubjectPublicKeyInfo PEM. Keep the first secret.
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     private_key = Ed25519PrivateKey.generate()
     private_pem = private_key.private_bytes(

@@ -151,7 +151,7 @@ def issue_licence(
         If the private key is unreadable, ``licensee`` is empty or ``edition`` is not
         ``"pro"``.
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     signer = load_private_key(private_key_pem_or_raw)
     if not isinstance(licensee, str) or not licensee.strip():
@@ -341,7 +341,7 @@ def verify_licence(
         If an entry of ``public_keys`` is not an Ed25519 public key (a programming
         error; a bad ``key`` never raises).
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     trusted = (
         shipped_public_keys()
@@ -367,7 +367,7 @@ def describe_licence(licence: Licence) -> str:
         One line, e.g. ``"Pro, licensed to ACME Ltd, valid until 2027-12-31 23:59:59
         UTC."`` or ``"Core: no licence key is set (JOBQUEUE['LICENCE_KEY'])."``.
 
-    Implements: seed 000, "Pro" gate / issue 5 item 4.
+    Implements: docs/design.md#core-and-pro.
     """
     until = (
         licence.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC")
