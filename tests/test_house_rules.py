@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: The folders whose text must cite only the project's documents.
 CITING_FOLDERS = ("django_jobqueue", "clients", "tests")
-#: "seed 0..." in any case, and a lower-case "issue <digit>" (the example project's
+#: A seed document's number in any case, and a lower-case "issue <digit>" (the example project's
 #: newsletter model is an ``Issue`` titled "Issue 1", which cites nothing). Built from
 #: pieces so that this file does not match itself.
 FORBIDDEN = re.compile("(?i:se" + "ed 0)|is" + "sue [0-9]")
