@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,6 +40,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+# The servers of the documented deployments, shared with the --waits legs.
+from bench.gateway_waits import free_port, start_gunicorn  # noqa: E402
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/jq_bench_gateway"
 JOB_TYPE, QUEUE = "newsletter.daily_digest", "emails"
@@ -86,38 +87,6 @@ def timed(label: str, run: Any, max_seconds: float) -> float:
     jobs_per_s = rate(jobs, seconds)
     print(f"{label:<48} {jobs:>6} jobs in {seconds:6.2f} s  {jobs_per_s:9.0f} jobs/s")
     return jobs_per_s
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_gunicorn(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    """Serve example_project.wsgi with 2 gthread workers of 4 threads (keep-alive: the
-    sync worker class closes every connection, a new TCP connection per request, and a
-    waiting claim would hold a whole worker); return once it answers."""
-    import httpx
-
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", "2", "--worker-class", "gthread",
-         "--threads", "4", "--bind", f"127.0.0.1:{port}", "--log-level", "warning",
-         "example_project.wsgi:application"],
-        cwd=ROOT,
-        env=env,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit("gunicorn exited")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/sdk/openapi.json").status_code == 200:
-                return process
-        except httpx.TransportError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit("gunicorn did not answer within 60 s")
 
 
 def main() -> None:
