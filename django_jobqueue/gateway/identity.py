@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from ..models import ApiToken, Worker
 from ..store import apitokens, workerstats
@@ -46,12 +45,7 @@ def _admin_over(token: ApiToken, queues: Iterable[str]) -> bool:
 
 
 def _owner_live(row: Worker) -> bool:
-    owner = row.owner_token
-    if owner is None:
-        return False
-    return owner.revoked_at is None and (
-        owner.expires_at is None or owner.expires_at > timezone.now()
-    )
+    return row.owner_token is not None and apitokens.is_live(row.owner_token)
 
 
 def _refused(row: Worker) -> GatewayError:

@@ -34,6 +34,7 @@ __all__ = [
     "PREFIX_LENGTH",
     "TOKEN_MARK",
     "authenticate",
+    "is_live",
     "check_queue_patterns",
     "check_scopes",
     "has_scope",
@@ -165,13 +166,20 @@ def authenticate(text: str, *, using: str | None = None) -> ApiToken | None:
     if row is None or not hmac.compare_digest(row.key_hash, _hash(secret)):
         return None
     now = timezone.now()
-    if row.revoked_at is not None or (row.expires_at is not None and row.expires_at <= now):
+    if not is_live(row, now):
         return None
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_EVERY:
         stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_EVERY)
         ApiToken.objects.using(row._state.db).filter(stale, pk=row.pk).update(last_used_at=now)
         row.last_used_at = now
     return row
+
+
+def is_live(token: ApiToken, now: datetime | None = None) -> bool:
+    """Whether ``token`` is neither revoked nor expired at ``now`` (default: now)."""
+    if token.revoked_at is not None:
+        return False
+    return token.expires_at is None or token.expires_at > (now or timezone.now())
 
 
 def has_scope(token: ApiToken, scope: str) -> bool:
