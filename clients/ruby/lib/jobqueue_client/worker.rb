@@ -257,7 +257,7 @@ module JobQueue
         heartbeat(job, ctx)
       end
       [:ok, thread.value]
-    rescue StandardError, ScriptError => e
+    rescue Exception => e # rubocop:disable Lint/RescueException -- the handler boundary: any error fails the attempt
       [:error, e]
     end
 
