@@ -38,6 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "faults: runs on the fault servers of scripts/start-fault-servers "
         "(tests/faults; scripts/test's faults leg)",
     )
+    config.addinivalue_line(
+        "markers",
+        "clients: builds the gateway clients of clients/ and runs their conformance suite "
+        "(scripts/test's clients leg, JOBQUEUE_TEST_CLIENTS=1)",
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -171,7 +171,7 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
             raise _refusal(exc, index) from exc
     _refuse_repeated_ids(specs)
     del token
-    require(request, "produce", sorted({spec.queue for spec in specs}))
+    _require_queues(request, specs)
     try:
         # Bulk enqueue: every lock taken once in sorted order, multi-row INSERTs, one
         # wake-up per queue. A held id refuses the batch as it refuses POST /sdk/jobs
@@ -180,6 +180,32 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
     except JobQueueError as exc:
         raise _refusal(exc, getattr(exc, "index", None)) from exc
     return {"results": [dict(result) for result in results]}
+
+
+def _require_queues(request: HttpRequest, specs: list[JobSpec]) -> None:
+    """Refuse a batch naming a queue the token is not allowed, by its first such job.
+
+    Raises
+    ------
+    GatewayError
+        ``forbidden`` (403), ``field`` ``jobs[<index>].queue`` and ``index`` the first job
+        on a refused queue, as a batch's other refusals name theirs (docs/gateway.md
+        "Errors").
+    """
+    seen: set[str] = set()
+    for index, spec in enumerate(specs):
+        if spec.queue in seen:
+            continue
+        seen.add(spec.queue)
+        try:
+            require(request, "produce", [spec.queue])
+        except GatewayError as exc:
+            raise GatewayError(
+                "forbidden",
+                exc.detail,
+                field=f"jobs[{index}].queue",
+                extra={"index": index},
+            ) from exc
 
 
 def _refuse_repeated_ids(specs: list[JobSpec]) -> None:

@@ -37,13 +37,24 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_gateway(jobqueue: Mapping[str, Any] | None = None) -> Iterator[str]:
+def live_gateway(
+    jobqueue: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    wsgiref: bool = False,
+) -> Iterator[str]:
     """Run a gateway server; yield its base URL (``http://127.0.0.1:PORT/sdk``).
 
     Parameters
     ----------
     jobqueue:
         The server's ``JOBQUEUE`` setting (default: the app's defaults).
+    env:
+        Environment variables over the test database's (``DATABASE_URL`` naming a
+        server that does not answer makes a gateway whose database is down).
+    wsgiref:
+        Serve with :mod:`tests.client.wsgi_server` (no migration check at start: the
+        server for a database that is down) instead of ``runserver``.
 
     Raises
     ------
@@ -55,9 +66,13 @@ def live_gateway(jobqueue: Mapping[str, Any] | None = None) -> Iterator[str]:
     log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below)
         "w+", prefix="jobqueue-gateway-", suffix=".log", delete=False
     )
-    env = worker_env({"JOBQUEUE_TEST_JOBQUEUE": json.dumps(dict(jobqueue or {}))})
-    process = subprocess.Popen(  # noqa: S603 (our interpreter, our command)
-        [
+    server_env = worker_env(
+        {"JOBQUEUE_TEST_JOBQUEUE": json.dumps(dict(jobqueue or {})), **(env or {})}
+    )
+    command = (
+        [sys.executable, "-m", "tests.client.wsgi_server", str(port)]
+        if wsgiref
+        else [
             sys.executable,
             "-m",
             "django",
@@ -65,9 +80,12 @@ def live_gateway(jobqueue: Mapping[str, Any] | None = None) -> Iterator[str]:
             "--noreload",
             "--skip-checks",
             f"127.0.0.1:{port}",
-        ],
+        ]
+    )
+    process = subprocess.Popen(  # noqa: S603 (our interpreter, our command)
+        command,
         cwd=ROOT,
-        env=env,
+        env=server_env,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
