@@ -5,7 +5,8 @@
 require "./jobqueue_client/errors"
 require "./jobqueue_client/answers"
 require "./jobqueue_client/client"
-# worker later
+require "./jobqueue_client/job"
+require "./jobqueue_client/worker"
 
 module JobQueue
   # The client's version, sent in a worker's registration.

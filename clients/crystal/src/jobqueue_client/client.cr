@@ -264,7 +264,7 @@ module JobQueue
       return data if data && (200..299).includes?(status)
       unless data && data.as_h? && data["error"]?
         code = (200..299).includes?(status) ? "bad_answer" : "http_#{status}"
-        data = JSON::Any.new({"error" => JSON::Any.new(code),
+        data = JSON::Any.new({"error"  => JSON::Any.new(code),
                               "detail" => JSON::Any.new("#{@base_url}#{path} answered #{status}: #{text[0, 200]?}")})
       end
       raise Error.for(status, data, response.headers["Retry-After"]?)
