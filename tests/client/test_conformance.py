@@ -121,7 +121,7 @@ def test_every_route_has_a_scenario(gateways):
 
 def test_languages_found():
     found = cf.languages()
-    for lang in ("python", "typescript", "java", "rust", "csharp", "go"):
+    for lang in ("python", "typescript", "java", "rust", "csharp", "go", "ruby", "php", "crystal"):
         assert lang in found, f"clients/{lang}/conformance is missing"
 
 
