@@ -24,8 +24,9 @@ soak:
 	exec .venv/bin/python bench/soak.py
 
 # ruff, mypy (django-stubs) and import-linter's layer contracts (pyproject.toml), and
-# cargo fmt --check on clients/rust (a missing cargo fails lint); scripts/lint-clients
-# for Ruby (ruby -wc), PHP (php -l) and Crystal (crystal tool format --check). mypy
+# cargo fmt --check on clients/rust and gofmt -l on clients/go (a missing cargo or
+# gofmt fails lint); scripts/lint-clients for Ruby (ruby -wc), PHP (php -l) and Crystal
+# (crystal tool format --check), which fails on a missing toolchain too. mypy
 # reads the gateway's, prometheus-client's, psycopg's and httpx's types (wheels); no mysqlclient, so lint needs
 # no C headers.
 lint:
@@ -37,6 +38,10 @@ lint:
 	@command -v cargo >/dev/null 2>&1 && cargo fmt --version >/dev/null 2>&1 \
 		|| { echo "lint: FAILED: no cargo fmt for clients/rust (apt-get install cargo rustfmt)" >&2; exit 1; }
 	cd clients/rust && cargo fmt --check
+	@command -v gofmt >/dev/null 2>&1 \
+		|| { echo "lint: FAILED: no gofmt for clients/go (apt-get install golang-go)" >&2; exit 1; }
+	@out=$$(gofmt -l clients/go) && [ -z "$$out" ] \
+		|| { echo "lint: FAILED: gofmt -l clients/go lists files to format: $$out" >&2; exit 1; }
 	scripts/lint-clients ruby php crystal
 
 # Ours on PostgreSQL, MariaDB and SQLite (bench/run.py's docstring): a table, JSON in

@@ -27,6 +27,12 @@ claims wait, under ASGI (uvicorn) and under WSGI with ``MAX_WAITING_CLAIMS``, an
 slow sockets behind nginx (``--max-seconds`` bounds each producer leg)::
 
     .venv/bin/python bench/gateway.py --waits --max-seconds 8
+
+``--clients`` runs :mod:`bench.gateway_clients` instead: each client's worker
+(clients/<lang>/conformance worker, concurrency 4) draining ``--jobs`` no-op jobs through
+the gateway, side by side, as a ratio to the Python client's worker::
+
+    .venv/bin/python bench/gateway.py --clients --jobs 2000
 """
 
 from __future__ import annotations
@@ -97,11 +103,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1_000)
     parser.add_argument("--max-seconds", type=float, default=60, help="bound of each phase")
     parser.add_argument("--waits", action="store_true", help="waiting claims and slow clients")
+    parser.add_argument("--clients", action="store_true", help="each client's worker's drain")
+    parser.add_argument("--jobs", type=int, default=2_000, help="--clients: jobs per client")
     args = parser.parse_args()
 
     ensure_database(args.url)
     os.environ["DATABASE_URL"] = args.url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
+    # --clients: the example project plus the conformance job types its workers run.
+    settings = "bench.clients_settings" if args.clients else "example_project.settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings
     import django
 
     django.setup()
@@ -121,6 +131,26 @@ def main() -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         print(f"PostgreSQL {args.url}; example_project on 127.0.0.1")
         gateway_waits.report(gateway_waits.run_legs(env, both, args.max_seconds))
+        empty_jobs()
+        return
+    if args.clients:
+        from bench import gateway_clients
+
+        port = free_port()
+        server = start_gunicorn({**os.environ, "PYTHONUNBUFFERED": "1"}, port)
+        try:
+            scopes = ["produce", "read", "work", "admin"]
+            print(f"PostgreSQL {args.url}; gunicorn --workers 2 (gthread x 4); {args.jobs} jobs")
+            gateway_clients.run(
+                f"http://127.0.0.1:{port}/sdk",
+                issue_token("bench-clients", queues=["*"], scopes=scopes)[1],
+                issue_token("bench-clients-work", queues=["*"], scopes=["work", "produce"])[1],
+                args.jobs,
+                args.max_seconds,
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
         empty_jobs()
         return
     token = issue_token("bench", queues=[QUEUE], scopes=["produce"])[1]

@@ -1,4 +1,4 @@
-"""Gateway workers and runworkers together: a Python client worker (and the
+"""Gateway workers and runworkers together. First (every leg): a Python client worker (and the
 TypeScript client's Node worker, when clients/typescript/ exists) run 500 jobs through
 the gateway while a ``runworkers`` process runs 500 others; each job runs once, counted
 in the side table (RunRecord), and a report under a lost lease answers 409.
@@ -12,6 +12,7 @@ Node worker is required: a missing ``node`` or an unbuilt dist/ fails the test.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from django.db import connection
 from django_jobqueue import storage
 from django_jobqueue.client import Client, LeaseLost, Worker
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.models import Worker as WorkerRow
 from tests.testapp.models import RunRecord
 from tests.workers_helpers import ROOT, run_workers
 
@@ -195,3 +197,121 @@ def test_mixed__gateway_workers_and_runworkers_run_each_job_once(make_token, tmp
     assert set(RunRecord.objects.filter(label="runworkers").values_list("jid", flat=True)) == set(
         py
     )
+
+
+#: The every-language drain (scripts/test's clients leg only): jobs for the languages'
+#: ``conformance worker`` processes, and for runworkers.
+EVERY_LANGUAGE_JOBS = RUNWORKERS_EVERY_JOBS = 1_000
+EVERY_QUEUE = "mix-every"
+EVERY_TIMEOUT_S = 420
+
+
+@pytest.mark.clients
+def test_mixed__every_language_and_runworkers_drain_2000_jobs_each_once(tmp_path):
+    """Workers of every language with a ``clients/<lang>/conformance`` (its ``worker``
+    command: the client's own Worker, clients/conformance/README.md) and ``runworkers``
+    drain 2,000 jobs together; each runs once: done at its first attempt (a second claim
+    would count a second attempt), runworkers' runs counted in the side table."""
+    if not os.environ.get("JOBQUEUE_TEST_CLIENTS"):
+        pytest.skip("every client is built in scripts/test's clients leg only")
+    from . import conformance as cf
+
+    languages = cf.languages()
+    assert len(languages) >= 6, languages
+    for lang in languages:
+        cf.build(lang)
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps(cf.issue_roles("mix-every")))
+    with live_gateway(cf.GATEWAY_JOBQUEUE) as url:
+        workers: dict[str, subprocess.Popen[bytes]] = {}
+        logs = {lang: (tmp_path / f"{lang}.log").open("w") for lang in languages}
+        env = cf.runner_env(
+            url, tokens, {"JOBQUEUE_QUEUE": EVERY_QUEUE, "JOBQUEUE_CONCURRENCY": "4"}
+        )
+        runworkers = None
+        try:
+            for lang in languages:
+                workers[lang] = subprocess.Popen(  # noqa: S603
+                    [str(cf.CLIENTS / lang / "conformance"), "worker"],
+                    cwd=ROOT, env=env, stdout=logs[lang], stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            # Every worker registered before the first job, so each gets its share.
+            deadline = time.monotonic() + 120
+            while True:
+                registered = {
+                    w.name for w in WorkerRow.objects.all() if EVERY_QUEUE in (w.queues or [])
+                }
+                if len(registered) >= len(languages):
+                    break
+                for lang, process in workers.items():
+                    assert process.poll() is None, f"{lang} worker exited: {_log(tmp_path, lang)}"
+                assert time.monotonic() < deadline, f"registered only {sorted(registered)}"
+                time.sleep(0.2)
+            with Client(url, json.loads(tokens.read_text())["all"]) as jq:
+                echo = {"job_type": "conformance.echo", "queue": EVERY_QUEUE}
+                ext = _enqueue(
+                    jq, [{**echo, "payload": {"n": n}} for n in range(EVERY_LANGUAGE_JOBS)]
+                )
+                py = _enqueue(
+                    jq,
+                    [
+                        {"job_type": "mix.py", "payload": {"n": n}}
+                        for n in range(RUNWORKERS_EVERY_JOBS)
+                    ],
+                )
+            runworkers = run_workers(
+                "--queues", "mix-py", "--concurrency", "4", "--min-sleep", "5",
+                "--max-sleep", "50", "--ramp-time", "0", wait=False, capture=False,
+            )  # fmt: skip
+            deadline = time.monotonic() + EVERY_TIMEOUT_S
+            total = EVERY_LANGUAGE_JOBS + RUNWORKERS_EVERY_JOBS
+            while Job.objects.filter(jid__in=ext + py, status=JobStatus.DONE).count() < total:
+                assert runworkers.poll() is None, "runworkers exited"
+                for lang, process in workers.items():
+                    assert process.poll() is None, f"{lang} worker exited: {_log(tmp_path, lang)}"
+                assert time.monotonic() < deadline, Counter(
+                    Job.objects.filter(jid__in=ext + py).values_list("queue", "status")
+                )
+                time.sleep(0.5)
+        finally:
+            for process in workers.values():
+                process.send_signal(signal.SIGTERM)
+            if runworkers is not None:
+                runworkers.send_signal(signal.SIGTERM)
+            for process in [*workers.values(), *([runworkers] if runworkers else [])]:
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            for log in logs.values():
+                log.close()
+
+    for lang, process in workers.items():
+        assert process.returncode == 0, f"{lang} worker exit status {process.returncode}"
+    assert runworkers is not None and runworkers.returncode == 0
+    jobs = Job.objects.filter(jid__in=ext)
+    assert Counter(jobs.values_list("status", "attempt")) == {
+        (JobStatus.DONE, 1): EVERY_LANGUAGE_JOBS
+    }
+    by_lang = Counter(job.result["lang"] for job in jobs)
+    for job in jobs:
+        assert job.result["payload"] == job.payload, job.jid
+    assert set(by_lang) == set(languages), by_lang
+    runs = Counter(RunRecord.objects.filter(jid__in=py).values_list("jid", flat=True))
+    assert set(runs) == set(py)
+    assert max(runs.values()) == 1, [jid for jid, n in runs.items() if n > 1]
+    print(f"every-language drain: {dict(by_lang)}")
+
+
+def _enqueue(jq: Client, specs: list[dict[str, object]]) -> list[str]:
+    """Enqueue ``specs`` in batches of 500; return their jids in order."""
+    return [
+        r.jid
+        for start in range(0, len(specs), 500)
+        for r in jq.enqueue_batch(specs[start : start + 500])
+    ]
+
+
+def _log(tmp_path: Path, lang: str) -> str:
+    return (tmp_path / f"{lang}.log").read_text(errors="replace")[-3000:]

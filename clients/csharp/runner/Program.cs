@@ -14,7 +14,7 @@ namespace DjangoJobQueue.Conformance
     /// prints <c>ok NAME</c> or <c>not ok NAME: reason</c> per scenario and <c>N passed, N failed</c>
     /// last; exit status 0 iff all passed. <c>worker</c>: the client's Worker on
     /// <c>JOBQUEUE_QUEUE</c> at <c>JOBQUEUE_CONCURRENCY</c> (default 4), handling
-    /// <c>conformance.echo</c>, until SIGTERM (it drains, then exits 0). Environment:
+    /// <c>conformance.echo</c> and <c>conformance.spawn</c>, until SIGTERM (it drains, then exits 0). Environment:
     /// <c>JOBQUEUE_URL</c> and <c>JOBQUEUE_TOKENS</c> (a JSON file mapping a token role to its token).
     /// </summary>
     static class Program
@@ -121,6 +121,20 @@ namespace DjangoJobQueue.Conformance
                         result["lang"] = "csharp";
                         result["payload"] = payload;
                         return Task.FromResult<JsonValue>(result);
+                    }
+                },
+                {
+                    // An enqueue from inside a handler, with the worker's own client.
+                    "conformance.spawn", async (payload, ctx) =>
+                    {
+                        var spec = (JsonObject)payload;
+                        JsonValue childPayload = spec.ContainsKey("payload") ? spec["payload"] : null;
+                        EnqueueResult child = await ctx.Client.EnqueueAsync(
+                            (string)spec["job_type"], childPayload, new EnqueueOptions { Queue = (string)spec["queue"] });
+                        var result = new JsonObject();
+                        result["lang"] = "csharp";
+                        result["jid"] = child.Jid;
+                        return (JsonValue)result;
                     }
                 },
             };

@@ -52,6 +52,15 @@ export class GatewayError extends Error {
 /** 400 `bad_request` or 422 `invalid_request`: `field` names what is wrong. */
 export class InvalidRequest extends GatewayError {}
 
+/** 400 `bad_request`: a path or query parameter is malformed (`field` names it). */
+export class BadRequest extends GatewayError {}
+
+/** 405 `method_not_allowed`: the route exists, not with this method. */
+export class MethodNotAllowed extends GatewayError {}
+
+/** 415 `not_json`: the body was not sent as JSON. */
+export class NotJson extends GatewayError {}
+
 /** 401: no token, or an unknown, revoked or expired one. */
 export class Unauthorized extends GatewayError {}
 
@@ -98,6 +107,15 @@ export class RateLimited extends RetryableError {}
  */
 export class Unavailable extends RetryableError {}
 
+/** 503 of a code other than the two below. */
+export class ServiceUnavailable extends Unavailable {}
+
+/** 503 `lock_timeout`: a creation lock timed out; try again. */
+export class LockTimeout extends ServiceUnavailable {}
+
+/** 503 `database_unavailable`: the gateway's database did not answer; try again. */
+export class DatabaseUnavailable extends ServiceUnavailable {}
+
 /** Parse a `Retry-After` header (seconds, or an HTTP date) into seconds. */
 export function parseRetryAfter(value: string | null): number | null {
   if (value === null || value.trim() === "") {
@@ -122,6 +140,11 @@ export function errorFor(status: number, body: ErrorBody, retryAfter: string | n
   const wait = parseRetryAfter(retryAfter);
   switch (status) {
     case 400:
+      return new BadRequest(status, body);
+    case 405:
+      return new MethodNotAllowed(status, body);
+    case 415:
+      return new NotJson(status, body);
     case 422:
       return new InvalidRequest(status, body);
     case 401:
@@ -138,9 +161,16 @@ export function errorFor(status: number, body: ErrorBody, retryAfter: string | n
       return new BodyTooLarge(status, body);
     case 429:
       return new RateLimited(status, body, wait);
+    case 503:
+      if (body.error === "lock_timeout") {
+        return new LockTimeout(status, body, wait);
+      }
+      if (body.error === "database_unavailable") {
+        return new DatabaseUnavailable(status, body, wait);
+      }
+      return new ServiceUnavailable(status, body, wait);
     case 0:
     case 502:
-    case 503:
     case 504:
       return new Unavailable(status, body, wait);
     default:

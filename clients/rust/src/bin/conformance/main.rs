@@ -4,7 +4,7 @@
 //!   prints `ok NAME` or `not ok NAME: reason` per scenario and `N passed, N failed`
 //!   last; exit status 0 iff all passed.
 //! - `worker`: the client's `Worker` on `JOBQUEUE_QUEUE` at `JOBQUEUE_CONCURRENCY`
-//!   (default 4), handling `conformance.echo`, until SIGTERM (it drains, then exits 0).
+//!   (default 4), handling `conformance.echo` and `conformance.spawn`, until SIGTERM (it drains, then exits 0).
 //!
 //! Environment: `JOBQUEUE_URL` (the gateway, `http://127.0.0.1:PORT/sdk`) and
 //! `JOBQUEUE_TOKENS` (a JSON file mapping a token role to its token).
@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::exit;
 
-use jobqueue_client::{Client, Worker, WorkerOptions};
+use jobqueue_client::{Client, EnqueueOptions, Worker, WorkerOptions};
 use serde_json::{json, Value};
 
 /// Log records on stderr, one line each (the library logs through the `log` crate).
@@ -141,6 +141,18 @@ fn worker() -> Result<i32, String> {
     let stats = Worker::new(Client::new(&url, &token), options)
         .handle("conformance.echo", |payload, _ctx| {
             Ok(json!({ "lang": "rust", "payload": payload }))
+        })
+        // An enqueue from inside a handler, with the worker's own client.
+        .handle("conformance.spawn", |payload, ctx| {
+            let text = |name: &str| payload.get(name).and_then(Value::as_str).map(str::to_owned);
+            let options = EnqueueOptions {
+                queue: text("queue"),
+                ..EnqueueOptions::default()
+            };
+            let job_type = text("job_type").unwrap_or_default();
+            let child_payload = payload.get("payload").cloned().unwrap_or(Value::Null);
+            let child = ctx.client().enqueue(&job_type, child_payload, &options)?;
+            Ok(json!({ "lang": "rust", "jid": child.jid }))
         })
         .run()
         .map_err(|e| format!("the worker stopped on {}: {}", e.kind(), e))?;

@@ -9,6 +9,8 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.djangojobqueue.client.Client;
+import org.djangojobqueue.client.EnqueueOptions;
+import org.djangojobqueue.client.EnqueueResult;
 import org.djangojobqueue.client.Worker;
 
 /**
@@ -19,7 +21,8 @@ import org.djangojobqueue.client.Worker;
  *       calls; prints {@code ok NAME} or {@code not ok NAME: reason} per scenario and
  *       {@code N passed, N failed} last; exit status 0 iff all passed.
  *   <li>{@code worker}: the client's {@link Worker} on {@code JOBQUEUE_QUEUE} at
- *       {@code JOBQUEUE_CONCURRENCY} (default 4), handling {@code conformance.echo}, until
+ *       {@code JOBQUEUE_CONCURRENCY} (default 4), handling {@code conformance.echo} and
+ *       {@code conformance.spawn}, until
  *       SIGTERM (it drains, then exits 0).
  * </ul>
  *
@@ -117,7 +120,16 @@ public final class Conformance {
             result.set("payload", payload);
             return result;
         };
-        Worker.Stats stats = new Worker(client, Map.of("conformance.echo", echo),
+        // An enqueue from inside a handler, with the worker's own client.
+        Worker.Handler spawn = (payload, ctx) -> {
+            EnqueueResult child = ctx.client().enqueue(payload.path("job_type").asText(), payload.get("payload"),
+                    new EnqueueOptions().queue(payload.path("queue").asText()));
+            ObjectNode result = Verbs.JSON.createObjectNode();
+            result.put("lang", "java");
+            result.put("jid", child.jid());
+            return result;
+        };
+        Worker.Stats stats = new Worker(client, Map.of("conformance.echo", echo, "conformance.spawn", spawn),
                 new Worker.Options(List.of(queue)).concurrency(n)).run();
         System.err.println("conformance (java): worker stopped: " + stats);
     }

@@ -1,0 +1,3 @@
+module github.com/django-jobqueue/django-jobqueue/clients/go
+
+go 1.19
