@@ -16,7 +16,7 @@ emptied job table:
 - ``enqueue_job`` in this process, one job per transaction (the baseline of singles);
 - bulk in-process: ``enqueue_many`` of 1,000 jobs per call (a loop of ``enqueue_job``
   in one transaction where a tree has no ``enqueue_many``; the label says which ran);
-- ``POST /sdk/jobs`` one at a time from one client (django_jobqueue.client);
+- ``POST /sdk/jobs`` one at a time from one client (jobqueue_client);
 - ``POST /sdk/jobs/batch`` with 1,000 jobs per request.
 
 It prints jobs/s of each and the gateway's ratios to the in-process figures. Bounded:
@@ -117,10 +117,10 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
     from django.db import transaction
+    from jobqueue_client import Client
 
     import django_jobqueue
     from django_jobqueue import enqueue_job
-    from django_jobqueue.client import Client
     from django_jobqueue.store.apitokens import issue_token
 
     call_command("migrate", verbosity=0)

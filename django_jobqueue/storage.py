@@ -41,7 +41,7 @@ from .core.backoff import backoff_ms
 from .core.conf import get_config
 from .core.dbclock import Now
 from .core.validation import check_json, hold_hash
-from .models import Job, JobStatus
+from .models import Job, JobStatus, QueuePause
 from .store import locks, unique
 from .store.errorlog import describe, error_entry, escaped
 from .store.pauses import paused_queues
@@ -150,10 +150,11 @@ def claim(
     list[Job]
         The claimed jobs in claim order, each ``processing`` with ``attempt``
         incremented and a ``lease_token`` that guards its later updates. Jobs of a
-        paused queue are never claimed: the paused set comes from
-        :func:`~django_jobqueue.store.pauses.paused_queues` (a process cache read at most
-        every half second, so no query of its own per claim), and is left out of
-        ``queues``, or added as ``queue NOT IN (...)`` when it is not empty.
+        paused queue are never claimed: the claim statement itself leaves out the
+        queues of the pause table, so a job enqueued after a pause committed (in any
+        process) waits until the resume. The process's cache of the paused set
+        (:func:`~django_jobqueue.store.pauses.paused_queues`, read at most every half
+        second) only spares the statement when every queue asked for is paused.
 
     Implements: docs/design.md#creation.
     """
@@ -222,6 +223,8 @@ def _claim(
             due = due.filter(queue__in=list(queues))
         if exclude_queues:
             due = due.exclude(queue__in=list(exclude_queues))
+        # Read by the claim's own statement, as storage_sql's claims do.
+        due = due.exclude(queue__in=QueuePause.objects.using(using).values("queue"))
         if exclude_types:
             due = due.exclude(job_type__in=list(exclude_types))
         due = due.order_by("priority", "run_at", "id")

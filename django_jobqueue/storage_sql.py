@@ -43,7 +43,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from .core import prepared
-from .models import Job, JobStatus
+from .models import Job, JobStatus, QueuePause
 from .store import unique
 
 __all__ = ["claim_rows", "complete_rows", "supported"]
@@ -119,16 +119,28 @@ def _in(values: Collection[Any]) -> str:
 
 
 def _due_filter(
-    queues: Sequence[str] | None, exclude_types: Collection[str], exclude_queues: Sequence[str]
+    using: str,
+    queues: Sequence[str] | None,
+    exclude_types: Collection[str],
+    exclude_queues: Sequence[str],
 ) -> str:
-    # Only placeholders go into the text; the names are parameters (queues, then
-    # paused queues, then job types). NOT IN is added only when there is something
-    # to leave out, so the usual claim keeps its plain shape over the claim index.
+    # Only placeholders and quoted names go into the text; the names are parameters
+    # (queues, then paused queues, then job types). NOT IN a list is added only when
+    # there is something to leave out, so the usual claim keeps its plain shape over
+    # the claim index.
+    #
+    # The pause table is read by the claim statement itself (docs/design.md#execution):
+    # a job committed after a pause was is never claimed by a statement that does not
+    # see the pause, whatever the process's cache of pauses says. The subquery is not
+    # correlated (a hashed subplan on PostgreSQL, materialised once on MariaDB), and a
+    # locking read does not lock a subquery's rows, so claims never wait on it.
     sql = ""
     if queues:
         sql += f" AND queue IN ({_in(queues)})"
     if exclude_queues:
         sql += f" AND queue NOT IN ({_in(exclude_queues)})"
+    paused = _q(using, QueuePause._meta.db_table)
+    sql += f" AND queue NOT IN (SELECT queue FROM {paused})"
     if exclude_types:
         sql += f" AND job_type NOT IN ({_in(exclude_types)})"
     return sql
@@ -156,7 +168,7 @@ def claim_rows(
     aliases where :func:`supported` is true.
     """
     vendor = connections[using].vendor
-    filters = _due_filter(queues, exclude_types, exclude_queues)
+    filters = _due_filter(using, queues, exclude_types, exclude_queues)
     filter_params = [*(queues or ()), *exclude_queues, *exclude_types]
     table = _q(using, Job._meta.db_table)
     release = "unique_key_hash = CASE WHEN unique_mode = %s THEN NULL ELSE unique_key_hash END"

@@ -74,10 +74,11 @@ def test_citations__the_check_finds_a_planted_citation(tmp_path: Path) -> None:
     assert found[0].endswith("is" + 'sue 12."""')
 
 
-#: ``from X import a, b`` or ``import X`` of the package, in a Python code block.
+#: ``from X import a, b`` or ``import X`` of the package (or of its client's distribution,
+#: ``jobqueue_client``), in a Python code block.
 IMPORT = re.compile(
-    r"^\s*(?:from\s+(django_jobqueue[\w.]*)\s+import\s+\(?([\w\s,]+?)\)?\s*(?:#.*)?$"
-    r"|import\s+(django_jobqueue[\w.]*)\s*(?:#.*)?$)",
+    r"^\s*(?:from\s+((?:django_jobqueue|jobqueue_client)[\w.]*)\s+import\s+\(?([\w\s,]+?)\)?\s*(?:#.*)?$"
+    r"|import\s+((?:django_jobqueue|jobqueue_client)[\w.]*)\s*(?:#.*)?$)",
     re.MULTILINE,
 )
 CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
@@ -109,7 +110,13 @@ DEPRECATED = [
 
 def test_documented_imports__are_found_in_the_docs() -> None:
     modules = {module for module, _name in documented_imports()}
-    assert {"django_jobqueue", "django_jobqueue.ids", "django_jobqueue.client"} <= modules
+    assert {
+        "django_jobqueue",
+        "django_jobqueue.ids",
+        "django_jobqueue.client",
+        "django_jobqueue.client.errors",
+        "jobqueue_client",
+    } <= modules
 
 
 @pytest.mark.parametrize(

@@ -1,74 +1,23 @@
-"""A Python client of the HTTP SDK gateway (``django_jobqueue.gateway``), importing
-nothing of Django: install the ``client`` extra (httpx) in any Python process.
+"""The gateway's Python client under the app's name: a re-export of ``jobqueue_client``.
 
-- :class:`Client` / :class:`AsyncClient`: producer calls (enqueue, batch, the id verbs'
-  id verbs, get, cancel, retry) and the worker protocol's calls;
-- :class:`Worker`: a worker loop running Python handlers with heartbeats, cancel and
-  a graceful stop on SIGTERM;
-- :mod:`.errors`: one exception class per gateway error code, under
-  :class:`GatewayError`.
-
-The routes and shapes are in ``docs/gateway.md``.
+The client is a distribution of its own, ``django-jobqueue-client`` (``clients/python/``
+in the repository; the ``client`` extra installs it), so that a process without Django
+can use it: ``from jobqueue_client import Client, Worker`` there. In a project that has
+the app, ``from django_jobqueue.client import Client`` is the same class, and the
+submodules ``django_jobqueue.client.errors`` (``.calls``, ``.producer``, ``.types``,
+``.worker``) are those of ``jobqueue_client`` (README, "The Python client").
 """
 
 from __future__ import annotations
 
-from .calls import EnqueueOptions
-from .errors import (
-    BadRequest,
-    BodyTooLarge,
-    DatabaseUnavailable,
-    DuplicateJob,
-    Forbidden,
-    GatewayError,
-    GatewayUnreachable,
-    InvalidRequest,
-    LeaseLost,
-    LockTimeout,
-    MethodNotAllowed,
-    NotFound,
-    NotJson,
-    ProRequired,
-    RateLimited,
-    ServiceUnavailable,
-    Unauthorized,
-)
-from .producer import AsyncClient, Client
-from .types import CancelResult, ClaimedJob, Enqueued, ErrorEntry, IdJob, Job, Page, Registration
-from .worker import Cancelled, Handler, JobContext, NoRetry, Worker
-
-__all__ = [
-    "AsyncClient",
-    "BadRequest",
-    "BodyTooLarge",
-    "CancelResult",
-    "Cancelled",
-    "ClaimedJob",
-    "Client",
-    "DatabaseUnavailable",
-    "DuplicateJob",
-    "EnqueueOptions",
-    "Enqueued",
-    "ErrorEntry",
-    "Forbidden",
-    "GatewayError",
-    "GatewayUnreachable",
-    "Handler",
-    "IdJob",
-    "InvalidRequest",
-    "Job",
-    "JobContext",
-    "LeaseLost",
-    "LockTimeout",
-    "MethodNotAllowed",
-    "NoRetry",
-    "NotFound",
-    "NotJson",
-    "Page",
-    "ProRequired",
-    "RateLimited",
-    "Registration",
-    "ServiceUnavailable",
-    "Unauthorized",
-    "Worker",
-]
+try:
+    from jobqueue_client import *  # noqa: F403
+    from jobqueue_client import __all__, __version__  # noqa: F401
+except ModuleNotFoundError as exc:  # pragma: no cover - the message is the point
+    if exc.name != "jobqueue_client":
+        raise
+    raise ModuleNotFoundError(
+        "django_jobqueue.client is the django-jobqueue-client distribution: "
+        'pip install "django-jobqueue[client]" (from a checkout: pip install ./clients/python)',
+        name=exc.name,
+    ) from exc

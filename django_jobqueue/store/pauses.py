@@ -3,11 +3,16 @@
 Policy
 ------
 A queue is paused while a :class:`~django_jobqueue.models.QueuePause` row names it.
-Workers stop claiming its jobs; enqueueing into it still works. A worker reads the
-paused set through :func:`paused_queues`, a process-local cache per database alias
-refreshed at most every :data:`CACHE_SECONDS` (0.5 s), so a claim costs no extra
-query and every worker sees a pause within a second. :func:`pause_queue` and
-:func:`resume_queue` refresh this process's cache at once.
+Workers stop claiming its jobs; enqueueing into it still works. The claim statement
+reads the pause rows itself (``django_jobqueue.storage.claim``), so once
+:func:`pause_queue` has committed, no worker of any process claims a job of the queue
+until :func:`resume_queue`: a job enqueued a moment after the pause waits.
+
+:func:`paused_queues` is a process-local cache of the paused set per database alias,
+refreshed at most every :data:`CACHE_SECONDS` (0.5 s): a claim whose queues are all
+paused by it sends no statement at all, and ``jobqueue status``, the console and
+the metrics read it. :func:`pause_queue` and :func:`resume_queue` refresh this
+process's cache at once.
 """
 
 from __future__ import annotations
@@ -108,8 +113,8 @@ def paused_queues(using: str, *, max_age_s: float = CACHE_SECONDS) -> frozenset[
     Returns
     -------
     frozenset of str
-        The paused queue names. A claim excludes them with no query of its own
-        (``queue NOT IN (...)``, or skipping them in a named-queue claim).
+        The paused queue names, as of at most ``max_age_s`` ago. A claim skips the
+        named queues in it, and its statement leaves out the queues paused by then.
     """
     now = time.monotonic()
     with _lock:

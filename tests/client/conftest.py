@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from jobqueue_client import Client
 
-from django_jobqueue.client import Client
 from django_jobqueue.store.apitokens import issue_token
 
 from .live import live_gateway

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from jobqueue_client import Client, LeaseLost, Worker
 
 from django_jobqueue import storage
-from django_jobqueue.client import Client, LeaseLost, Worker
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.models import Worker as WorkerRow
 from tests.testapp.models import RunRecord

@@ -3,19 +3,14 @@ with or without retry, honours a cancel request and stops gracefully on SIGTERM.
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
+from jobqueue_client import Cancelled, NoRetry, Worker
 
-from django_jobqueue.client import Cancelled, NoRetry, Worker
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.models import Worker as WorkerRow
-from tests.workers_helpers import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,7 +121,7 @@ def test_worker__a_failure_retries_and_no_retry_dead_letters(client):
     )
     # ... and the class the client reported in the attempt's entry, as a worker in
     # process does (module and qualified name).
-    assert fatal.last_error.exception_class == "django_jobqueue.client.worker.NoRetry"
+    assert fatal.last_error.exception_class == "jobqueue_client.worker.NoRetry"
     flaky = Job.objects.get(jid=retried)
     # On a loaded machine the first backoff can end before the worker stops, so a
     # second attempt may have failed too: the last entry is the last attempt's.
@@ -159,50 +154,3 @@ def test_worker__a_cancel_request_reaches_the_handler(client):
 
     assert running.stats["cancelled"] == 1
     assert client.get_job(jid).state == "cancelled"
-
-
-def test_worker__sigterm_finishes_running_jobs_then_exits(
-    client, gateway_url, make_token, tmp_path
-):
-    jids = [
-        r.jid
-        for r in client.enqueue_batch(
-            [{"job_type": "gw.echo", "payload": {"n": n}, "queue": QUEUE} for n in range(6)]
-        )
-    ]
-    record = tmp_path / "record.txt"
-    record.touch()
-    # No Django settings in its environment: the client needs none.
-    process = subprocess.Popen(  # noqa: S603
-        [
-            sys.executable,
-            str(ROOT / "tests/client/worker_script.py"),
-            gateway_url,
-            make_token(),
-            QUEUE,
-            str(record),
-        ],
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_until(lambda: record.read_text().count("start ") >= 2, what="two jobs started")
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-
-    assert process.returncode == 0, err
-    lines = record.read_text().split()
-    started = {jid for word, jid in zip(lines[0::2], lines[1::2], strict=True) if word == "start"}
-    ended = {jid for word, jid in zip(lines[0::2], lines[1::2], strict=True) if word == "end"}
-    assert started == ended  # every job it began, it finished
-    assert 2 <= len(started) < len(jids)
-    stats = json.loads(out.strip().splitlines()[-1])
-    assert stats["completed"] == len(started)
-    done = set(Job.objects.filter(status=JobStatus.DONE).values_list("jid", flat=True))
-    assert done == started
-    assert Job.objects.filter(jid__in=jids, status=JobStatus.INIT).count() == len(jids) - len(done)

@@ -19,6 +19,7 @@ export const JOB_TYPES = {
   "ts.slow": { queue: "ts-slow" },
   "ts.cli": { queue: "ts-cli" },
   "ts.lease": { queue: "ts-lease", max_retry: 3 },
+  "ts.pause": { queue: "ts-pause" },
 };
 
 function freePort() {
@@ -46,7 +47,8 @@ function manage(env, args, timeout = 90_000) {
 
 /**
  * Start a gateway; resolves `{url, token(options), stop()}` once it answers.
- * `token({scopes, queues, name})` runs `jobqueue token create` and returns the text.
+ * `token({scopes, queues, name})` runs `jobqueue token create` and returns the text;
+ * `manage(args)` runs another `manage.py` command on the gateway's database.
  */
 export async function startGateway() {
   const dir = await mkdtemp(join(tmpdir(), "jobqueue-ts-"));
@@ -114,7 +116,9 @@ export async function startGateway() {
     }
     return text;
   };
-  return { url, env, token, stop, log: () => log };
+  // `manage.py ARGS` on the gateway's database, in a process of its own; resolves its stdout.
+  const manageHere = (args) => manage(env, args);
+  return { url, env, token, stop, manage: manageHere, log: () => log };
 }
 
 /** Poll `fn` every 50 ms until it returns a truthy value; reject after `ms`. */
