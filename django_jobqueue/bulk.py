@@ -42,7 +42,7 @@ from .store.managers import (
     id_held,
 )
 from .store.rawinsert import Row, insert_rows, new_jids
-from .store.workerstats import count_deduplicated
+from .store.jobstats import count_deduplicated
 
 __all__ = ["create_many"]
 

@@ -34,7 +34,7 @@ from .models import Job
 from .store.managers import EnqueueResult, JobSpec
 from .store.registry import get_job_description
 from .store.unique import unique_options
-from .store.workerstats import count_deduplicated
+from .store.jobstats import count_deduplicated
 
 __all__ = [
     "EnqueueResult",

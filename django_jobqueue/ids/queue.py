@@ -32,7 +32,7 @@ from ..enqueue import build_job, jobs_database
 from ..models import DEAD_STATUSES, Job, JobStatus
 from ..store.managers import JobSpec
 from ..store.registry import UNSET, get_job_description, registered_job_types
-from ..store.workerstats import count_deduplicated
+from ..store.jobstats import count_deduplicated
 from .holds import (
     ROUNDS,
     Kind,
