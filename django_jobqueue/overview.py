@@ -176,6 +176,9 @@ def stat_totals(using: str) -> _Totals:
     docs/metrics.md) are not in it yet; :func:`~django_jobqueue.store.jobstats.prune_stats`
     never lowers it.
     """
-    rows = JobTotal.objects.using(using).order_by("queue", "job_type").values()
-    return {(r["queue"], r["job_type"]): {c: int(r[c]) for c in STAT_COUNTERS} for r in rows}
-
+    columns = ("queue", "job_type", *STAT_COUNTERS)
+    rows = JobTotal.objects.using(using).order_by("queue", "job_type").values_list(*columns)
+    return {
+        (row[0], row[1]): {name: int(n) for name, n in zip(STAT_COUNTERS, row[2:], strict=True)}
+        for row in rows
+    }

@@ -384,8 +384,8 @@ def fail(
     otherwise the job is a dead letter: ``error`` when not retryable, ``max_retry``
     when its retries are spent. A dead letter keeps its id for ``keep`` and its
     unique key until the key's TTL (docs/design.md#unique-keys: an ``until_executed``
-    lock is not freed by a failure). A stored failure is counted ``retried`` (or ``failed`` for a dead
-    letter) with ``run_ms`` (ms; None: since the claim).
+    lock is not freed by a failure). A stored failure is counted ``retried`` (or
+    ``failed`` for a dead letter) with ``run_ms`` (ms; None: since the claim).
     """
     message = escaped(message or (describe(exc) if exc is not None else "failed"))
     errors = [*job.errors, error_entry(job, exc, message, exception_class)]

@@ -150,9 +150,10 @@ def test_prune_stats__never_lowers_a_counter():
     assert (row.failed_attempts_last_hour, row.dead_letters_last_hour) == (1, 0)
     recent.record("mail", "mail.send", "done", 40)
     recent.flush("default")
-    assert after[("jobqueue_job_outcomes_total", labels)] + 1 == counter_samples(scrape())[
-        ("jobqueue_job_outcomes_total", labels)
-    ]
+    assert (
+        after[("jobqueue_job_outcomes_total", labels)] + 1
+        == counter_samples(scrape())[("jobqueue_job_outcomes_total", labels)]
+    )
 
 
 @pytest.mark.django_db(transaction=True)  # the process's counts are written outside one

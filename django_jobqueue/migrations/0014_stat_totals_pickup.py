@@ -6,6 +6,8 @@ by the same upsert and never pruned: the Prometheus counters only go up
 still kept, so the counters continue from what the endpoint showed before.
 """
 
+from typing import Any
+
 from django.db import migrations, models
 from django.db.models import Sum
 
@@ -25,7 +27,7 @@ _COUNTERS = (
 )
 
 
-def seed_totals(apps, schema_editor):
+def seed_totals(apps: Any, schema_editor: Any) -> None:
     """Start each (queue, job type)'s totals from the sums of its kept JobStat rows."""
     using = schema_editor.connection.alias
     JobStat = apps.get_model("django_jobqueue", "JobStat")
@@ -49,7 +51,7 @@ def seed_totals(apps, schema_editor):
     )
 
 
-def drop_totals(apps, schema_editor):
+def drop_totals(apps: Any, schema_editor: Any) -> None:
     """Nothing to undo: the table itself goes with the reversed CreateModel."""
 
 

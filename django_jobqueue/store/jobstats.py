@@ -492,9 +492,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=process_stats.after_fork)
 
 
-def count_outcome(
-    job: Any, outcome: str, *, run_ms: int | None = None, timed: bool = True
-) -> None:
+def count_outcome(job: Any, outcome: str, *, run_ms: int | None = None, timed: bool = True) -> None:
     """Count one stored outcome of a claimed ``job`` in :data:`process_stats`.
 
     Parameters

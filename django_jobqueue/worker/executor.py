@@ -305,9 +305,7 @@ def execute(
             )
         else:
             if completer is not None:
-                completer.submit(
-                    job, result, _after_store(job, started, on_stored), run_ms=run_ms
-                )
+                completer.submit(job, result, _after_store(job, started, on_stored), run_ms=run_ms)
                 return PENDING
             status = JobStatus.DONE if storage.complete(job, result, run_ms=run_ms) else None
     _log_end(job, status, started)

@@ -56,6 +56,7 @@ STATS_FLUSH_S = 2.0
 #: How often (s) the housekeeping thread prunes gone workers and old statistics.
 PRUNE_EVERY_S = 300.0
 
+
 def package_version() -> str:
     """Return the installed django-jobqueue version, or "" when it is not installed."""
     try:

@@ -42,7 +42,10 @@ TS_WORKER = ROOT / "clients" / "typescript" / "dist" / "worker-cli.js"
 TIMEOUT_S = 180
 #: The Node worker's handlers: a payload with "fail" throws (a retryable failure).
 NODE_HANDLERS = """export default {
-  %(type)s: (payload) => { if (payload.fail) { throw new Error("asked to fail"); } return payload; },
+  %(type)s: (payload) => {
+    if (payload.fail) { throw new Error("asked to fail"); }
+    return payload;
+  },
 };
 """
 

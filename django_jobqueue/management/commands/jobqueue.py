@@ -217,7 +217,13 @@ def _status(
         _write_paused(command, paused)
         _write_live_workers(command, live)
         return
-    header = ["queue", *_STATUS_COLUMNS, "oldest_waiting_s", "busy_workers", *status_report.STATS_COLUMNS]
+    header = [
+        "queue",
+        *_STATUS_COLUMNS,
+        "oldest_waiting_s",
+        "busy_workers",
+        *status_report.STATS_COLUMNS,
+    ]
     table = [
         [
             row["queue"],
