@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import timedelta
@@ -180,3 +181,21 @@ def test_metrics__pickup_latency_and_outcomes_of_claimed_jobs(monkeypatch):
     for outcome, number in (("done", 1), ("retried", 1), ("failed", 0)):
         labels = (hist[0], ("outcome", outcome), hist[1])
         assert got[("jobqueue_job_outcomes_total", labels)] == number
+
+
+@pytest.mark.django_db(databases=[])
+def test_grafana_dashboard__valid_json_whose_panels_query_documented_series():
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    documented = set(documented_series())
+    suffixes = ("_bucket", "_count", "_sum")
+    queried: set[str] = set()
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            names = set(re.findall(r"\bjobqueue_\w+", target["expr"]))
+            assert names, target["expr"]
+            for name in names:
+                base = next((name[: -len(s)] for s in suffixes if name.endswith(s)), name)
+                assert name in documented or base in documented, name
+                queried.add(base)
+    assert queried == documented  # a panel on every series
