@@ -134,3 +134,20 @@ def test_fail__a_failed_attempt_timed_by_the_worker(written):
     assert storage.fail(job, None, message="slow", run_ms=120_000) == JobStatus.RETRY
     written()
     assert JobStat.objects.get(queue="q").le_300000 == 1
+
+
+def test_process_stats__no_timer_while_a_foreman_writes_the_counts():
+    stats = ProcessStats(flush_s=0.05, flush_timer=True)
+    stats.hold_timer("default")
+    try:
+        stats.record_outcome("default", "q", "t", "done", duration_ms=5)
+        time.sleep(0.3)
+        assert stats.pending("default") == 1  # left to the foreman's housekeeping
+        assert not JobTotal.objects.exists()
+        stats.release_timer("default")  # the foreman stopped: the timer takes over
+        deadline = time.monotonic() + 60
+        while not JobTotal.objects.filter(queue="q", done=1).exists():
+            assert time.monotonic() < deadline, "the timer never wrote the counts"
+            time.sleep(0.05)
+    finally:
+        stats.clear()

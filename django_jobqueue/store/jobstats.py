@@ -23,7 +23,8 @@ Policy
   flushes lock shared rows in the same order; a deadlock or "database is locked" is
   retried a few times, then the counts go back into the buffer for the next flush.
 - **When a process writes.** A ``runworkers`` foreman's housekeeping thread flushes
-  every ``STATS_FLUSH_S`` (2 s). Any other process (a web process serving the
+  every ``STATS_FLUSH_S`` (2 s) while it runs (:meth:`ProcessStats.hold_timer`). Any
+  other process (a web process serving the
   gateway, a shell) flushes from a timer thread :data:`FLUSH_S` seconds after its
   first unwritten count, on its own connection, so the last counts of a burst are
   written without waiting for more traffic; and at exit. A forked child drops the
@@ -334,6 +335,23 @@ class ProcessStats:
         self._since: dict[str, float] = {}  # clock of the oldest count not written
         self._asked: dict[str, float] = {}  # clock of the last on_commit flush asked for
         self._timers: dict[str, threading.Timer] = {}
+        self._held: Counter[str] = Counter()  # aliases a foreman's housekeeping writes
+
+    def hold_timer(self, using: str) -> None:
+        """Leave the counts of ``using`` to a caller that flushes them itself (a
+        foreman's housekeeping thread, every ``STATS_FLUSH_S``) until
+        :meth:`release_timer`: no timer thread, no connection of its own."""
+        with self._lock:
+            self._held[using] += 1
+
+    def release_timer(self, using: str) -> None:
+        """End one :meth:`hold_timer` of ``using``; its later counts are timed again."""
+        with self._lock:
+            self._held[using] -= 1
+            if self._held[using] <= 0:
+                del self._held[using]
+        if self.pending(using):
+            self._due(using, self._clock())
 
     def pending(self, using: str) -> int:
         """Return how many (minute, queue, job type) rows of ``using`` wait to be written."""
@@ -395,7 +413,10 @@ class ProcessStats:
 
     def _due(self, using: str, since: float) -> None:
         if self.flush_timer:
-            self._schedule(using)
+            with self._lock:
+                held = self._held.get(using, 0) > 0
+            if not held:
+                self._schedule(using)
             return
         now = self._clock()
         if now - since < self.flush_s:
@@ -480,6 +501,7 @@ class ProcessStats:
         the timers, which did not survive the fork."""
         self._lock = threading.Lock()
         self._timers = {}
+        self._held = Counter()
         self._buffers = {}
         self._since = {}
         self._asked = {}
