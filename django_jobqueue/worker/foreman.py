@@ -182,7 +182,6 @@ class Foreman(ForemanClaims, ForemanThreads):
         #: Jobs this foreman ran to a stored outcome, by status (for summaries and tests).
         self.stats: dict[str, int] = {}
         self._stats_lock = threading.Lock()
-        self._init_threads()
 
     # Control -------------------------------------------------------------------
 

@@ -94,9 +94,6 @@ class ForemanThreads:
     _running: dict[int, _Running]
     _running_lock: threading.Lock
 
-    def _init_threads(self) -> None:
-        """Nothing to set up: the job statistics are the process's (docs/metrics.md)."""
-
     # Wake-ups ------------------------------------------------------------------
 
     def wake(self, queue: str = "") -> None:
