@@ -26,28 +26,43 @@ DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/jq_bench_console"
 
 
 def fill_stats(minutes: int, keys: int) -> None:
-    """Replace the JobStat rows by ``minutes`` minutes of ``keys`` (queue, job type) rows.
+    """Replace the JobStat rows by ``minutes`` minutes of ``keys`` (queue, job type) rows,
+    and the JobTotal rows by their sums (as the flush's upsert keeps them).
 
     One INSERT ... SELECT over generate_series: a week of 20 pairs is 201,600 rows.
     """
     from django.db import connection
 
-    from django_jobqueue.models import JobStat
+    from django_jobqueue.models import JobStat, JobTotal
+    from django_jobqueue.store.jobstats import COUNTERS
 
-    table = JobStat._meta.db_table
+    table, totals = JobStat._meta.db_table, JobTotal._meta.db_table
     buckets = "le_10, le_100, le_1000, le_10000, le_60000, le_300000, le_inf"
+    pickups = (
+        "pickup_ms_sum, pickup_le_100, pickup_le_1000, pickup_le_10000, pickup_le_60000, "
+        "pickup_le_300000, pickup_le_3600000, pickup_le_inf"
+    )
+    counters = ", ".join(COUNTERS)
+    sums = ", ".join(f"SUM({name})" for name in COUNTERS)
     with connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM {table}")  # noqa: S608
         cursor.execute(
             f"INSERT INTO {table} (minute, queue, job_type, done, failed, retried, "  # noqa: S608
-            f"deduplicated, duration_ms_sum, {buckets}) "
+            f"deduplicated, duration_ms_sum, {buckets}, {pickups}) "
             "SELECT date_trunc('minute', now()) - make_interval(mins => m), "
             "(ARRAY['default','emails','reports','webhooks'])[1 + k %% 4], "
-            "'type' || (k / 4), 5, 1, 1, k %% 2, 1500, 1, 1, 1, 2, 1, 0, 0 "
+            "'type' || (k / 4), 5, 1, 1, k %% 2, 1500, 1, 1, 1, 2, 1, 0, 0, "
+            "1200, 3, 2, 1, 1, 0, 0, 0 "
             "FROM generate_series(0, %s) m, generate_series(0, %s) k",
             [minutes - 1, keys - 1],
         )
         cursor.execute(f"VACUUM ANALYZE {table}")
+        cursor.execute(f"DELETE FROM {totals}")  # noqa: S608
+        cursor.execute(
+            f"INSERT INTO {totals} (queue, job_type, {counters}) "  # noqa: S608
+            f"SELECT queue, job_type, {sums} FROM {table} GROUP BY queue, job_type"
+        )
+        cursor.execute(f"VACUUM ANALYZE {totals}")
     print(f"stats: {minutes * keys:,} JobStat rows ({minutes // 1440} days x {keys} pairs)")
 
 

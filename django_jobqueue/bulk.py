@@ -33,6 +33,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from .core.conf import get_config
 from .core.dbclock import Now
 from .store import locks
+from .store.jobstats import count_deduplicated
 from .store.managers import (
     EnqueueResult,
     JobSpec,
@@ -42,7 +43,6 @@ from .store.managers import (
     id_held,
 )
 from .store.rawinsert import Row, insert_rows, new_jids
-from .store.workerstats import count_deduplicated
 
 __all__ = ["create_many"]
 

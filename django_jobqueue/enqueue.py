@@ -31,10 +31,10 @@ from .core.validation import (
     json_text,
 )
 from .models import Job
+from .store.jobstats import count_deduplicated
 from .store.managers import EnqueueResult, JobSpec
 from .store.registry import get_job_description
 from .store.unique import unique_options
-from .store.workerstats import count_deduplicated
 
 __all__ = [
     "EnqueueResult",

@@ -1,15 +1,17 @@
-"""The Prometheus endpoint.
+"""The Prometheus endpoint (docs/metrics.md: every series, its labels and a dashboard).
 
 Mount it with ``path("metrics/", include("django_jobqueue.metrics"))``.
 
-A custom collector reads the database at scrape time, so the numbers are right
-with any number of ``runworkers`` processes: queue depth by state and the oldest
-waiting age per queue from the job table (over its indexes, as the console's
-overview), outcome counters and duration histograms by queue and job type from
-:class:`~django_jobqueue.models.JobStat` (the rows still kept: totals over
-``STATS_RETENTION``; :func:`~django_jobqueue.overview.stat_totals` caches the closed
-hours' sums for a few minutes per process), live workers from the registry, paused
-queues. Labels are queue and job type names only, never a payload.
+A custom collector reads the database at scrape time, so any number of worker
+processes on any number of hosts are scraped through one endpoint: queue depth by
+state, the oldest waiting age and pauses per queue from the job table (over its
+indexes, as the console's overview), live workers from the registry, and the
+counters and histograms (outcomes, run time, pickup latency) by queue and job type
+from :class:`~django_jobqueue.models.JobTotal`, cumulative totals kept in the
+database that pruning never lowers, so a counter only goes up. Every worker's jobs
+reach them through storage: ``runworkers`` and gateway workers in any language.
+Labels are queue, job type, state, outcome and worker kind names only, never a
+payload.
 
 Access: a bearer token (``JOBQUEUE["METRICS_TOKEN"]``), or a signed-in staff user.
 Needs the ``metrics`` extra (prometheus-client).
@@ -39,11 +41,28 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from .core.conf import get_config
-from .models import DURATION_BUCKETS_MS
+from .models import DURATION_BUCKETS_MS, PICKUP_BUCKETS_MS
 from .overview import jobs_database, overview, stat_totals
-from .store.workerstats import BUCKET_FIELDS, OUTCOMES, live_workers
+from .store.jobstats import BUCKET_FIELDS, OUTCOMES, PICKUP_FIELDS
+from .store.workerstats import live_workers
 
-__all__ = ["JobQueueCollector", "metrics_view", "urlpatterns"]
+__all__ = ["WORKER_KINDS", "JobQueueCollector", "metrics_view", "urlpatterns"]
+
+
+#: Worker kinds always exported (0 when none is live), so a dashboard sees each.
+WORKER_KINDS = ("runworkers", "gateway")
+
+
+def _buckets(
+    stat: dict[str, int], bounds_ms: tuple[int, ...], fields: tuple[str, ...]
+) -> list[tuple[str, float]]:
+    """Cumulative (``le`` in seconds, count) pairs of one histogram's bucket columns."""
+    cumulative = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, name in zip((*bounds_ms, None), fields, strict=True):
+        cumulative += stat[name]
+        buckets.append(("+Inf" if bound is None else str(bound / 1000), cumulative))
+    return buckets
 
 
 class JobQueueCollector(Collector):
@@ -53,20 +72,26 @@ class JobQueueCollector(Collector):
         self.alias = alias
 
     def collect(self) -> Iterator[Any]:
-        """Yield the metric families; see the module docstring for what each holds."""
-        queues = overview(self.alias)
+        """Yield the metric families; docs/metrics.md says what each holds."""
+        yield from self._queues()
+        yield self._workers()
+        yield from self._totals()
+
+    def _queues(self) -> Iterator[Any]:
         depth = GaugeMetricFamily(
-            "jobqueue_jobs", "Jobs by queue and state.", labels=["queue", "state"]
+            "jobqueue_jobs",
+            "Jobs now by queue and state (waiting: due now; scheduled: run_at ahead).",
+            labels=["queue", "state"],
         )
         oldest = GaugeMetricFamily(
             "jobqueue_oldest_waiting_seconds",
-            "Age of the oldest due waiting job.",
+            "Seconds the oldest due waiting job has waited since its run_at (0: none).",
             labels=["queue"],
         )
         paused = GaugeMetricFamily(
             "jobqueue_queue_paused", "1 when the queue is paused.", labels=["queue"]
         )
-        for row in queues:
+        for row in overview(self.alias):
             for state in ("waiting", "scheduled", "running", "retrying", "dead"):
                 depth.add_metric([row.queue, state], getattr(row, state))
             oldest.add_metric([row.queue], row.oldest_waiting_s or 0.0)
@@ -74,31 +99,54 @@ class JobQueueCollector(Collector):
         yield depth
         yield oldest
         yield paused
-        yield GaugeMetricFamily(
+
+    def _workers(self) -> GaugeMetricFamily:
+        workers = GaugeMetricFamily(
             "jobqueue_live_workers",
-            "Workers seen within three heartbeats.",
-            value=len(live_workers(self.alias)),
+            "Worker processes seen within three heartbeats, by kind.",
+            labels=["kind"],
         )
+        kinds = dict.fromkeys(WORKER_KINDS, 0)
+        for worker in live_workers(self.alias):
+            kinds[worker.kind] = kinds.get(worker.kind, 0) + 1
+        for kind, number in sorted(kinds.items()):
+            workers.add_metric([kind], number)
+        return workers
+
+    def _totals(self) -> Iterator[Any]:
         outcomes = CounterMetricFamily(
             "jobqueue_job_outcomes",
-            "Job outcomes over the kept stats.",
+            "Attempts by outcome (done, retried, failed: a dead letter) and enqueues "
+            "turned away (deduplicated), since install.",
             labels=["queue", "job_type", "outcome"],
         )
         durations = HistogramMetricFamily(
-            "jobqueue_job_duration_seconds", "Run time of attempts.", labels=["queue", "job_type"]
+            "jobqueue_job_duration_seconds",
+            "Run time of attempts (done, retried, failed) since install.",
+            labels=["queue", "job_type"],
+        )
+        pickups = HistogramMetricFamily(
+            "jobqueue_job_pickup_seconds",
+            "Pickup latency of claims: from a job's run_at (enqueue or due time) to its start.",
+            labels=["queue", "job_type"],
         )
         for (queue, job_type), stat in sorted(stat_totals(self.alias).items()):
             labels = [queue, job_type]
             for outcome in OUTCOMES:
                 outcomes.add_metric([*labels, outcome], stat[outcome])
-            cumulative = 0
-            buckets = []
-            for bound, name in zip((*DURATION_BUCKETS_MS, None), BUCKET_FIELDS, strict=True):
-                cumulative += stat[name]
-                buckets.append(("+Inf" if bound is None else str(bound / 1000), cumulative))
-            durations.add_metric(labels, buckets, sum_value=stat["duration_ms_sum"] / 1000)
+            durations.add_metric(
+                labels,
+                _buckets(stat, DURATION_BUCKETS_MS, BUCKET_FIELDS),
+                sum_value=stat["duration_ms_sum"] / 1000,
+            )
+            pickups.add_metric(
+                labels,
+                _buckets(stat, PICKUP_BUCKETS_MS, PICKUP_FIELDS),
+                sum_value=stat["pickup_ms_sum"] / 1000,
+            )
         yield outcomes
         yield durations
+        yield pickups
 
 
 def _allowed(request: HttpRequest) -> bool:

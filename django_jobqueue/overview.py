@@ -3,53 +3,46 @@
 No full-table count: waiting and scheduled jobs are counted over the claim index
 (``waiting`` leads it), running ones over the lease index, dead letters over the
 partial index of dead rows (PostgreSQL; the status index elsewhere); finished work
-comes from :class:`~django_jobqueue.models.JobStat`.
-The console's overview and the Prometheus endpoint both read :func:`overview`.
+comes from :class:`~django_jobqueue.models.JobStat` (the last hour's minutes, over
+its (minute, queue, job type) index), which every worker's outcomes reach through
+storage (docs/metrics.md). The console's overview, ``jobqueue status`` and the
+Prometheus endpoint all read :func:`overview`.
 
-:func:`stat_totals` (the Prometheus counters) sums every kept JobStat row, a week of
-minutes per (queue, job type) by default: it sums the closed hours once per
-:data:`TOTALS_REFRESH_S` per process and reads only the open hours at each call.
+:func:`stat_totals` (the Prometheus counters) reads
+:class:`~django_jobqueue.models.JobTotal`: one row per (queue, job type), counted
+since install by the same upsert as the per-minute rows and never pruned, so the
+counters never go down.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.db import router
 from django.db.models import Case, Count, Min, Sum, Value, When
 
 from .core.conf import get_config
 from .core.dbclock import Now
-from .models import DEAD_STATUSES, Job, JobStat, JobStatus
+from .models import DEAD_STATUSES, Job, JobStat, JobStatus, JobTotal
+from .store.jobstats import COUNTERS
 from .store.pauses import paused_queues
-from .store.workerstats import BUCKET_FIELDS, OUTCOMES
 
 __all__ = [
+    "STATS_WINDOW",
     "STAT_COUNTERS",
-    "TOTALS_REFRESH_S",
     "QueueRow",
-    "clear_totals_cache",
     "jobs_database",
     "overview",
     "stat_totals",
 ]
 
-#: The JobStat columns :func:`stat_totals` sums.
-STAT_COUNTERS = (*OUTCOMES, "duration_ms_sum", *BUCKET_FIELDS)
-#: Seconds a process keeps the sums of the closed hours before it reads them again.
-TOTALS_REFRESH_S = 600.0
-#: Hours before the current one still read at each call: late flushes land there.
-_OPEN_HOURS = 1
+#: The counters :func:`stat_totals` returns (every JobTotal counter column).
+STAT_COUNTERS = COUNTERS
+#: The window of the overview's finished-work figures.
+STATS_WINDOW = timedelta(hours=1)
 
 _Totals = dict[tuple[str, str], dict[str, int]]
-_closed_lock = threading.Lock()
-#: alias -> (monotonic expiry, start of the open hours, sums of the rows before it)
-_closed: dict[str, tuple[float, datetime, _Totals]] = {}
 
 
 def jobs_database() -> str:
@@ -59,22 +52,53 @@ def jobs_database() -> str:
 
 @dataclass
 class QueueRow:
-    """One queue on the overview."""
+    """One queue on the overview: jobs now, and finished work over :data:`STATS_WINDOW`."""
 
     queue: str
+    #: Jobs due now, waiting for a worker.
     waiting: int = 0
+    #: Jobs waiting for a ``run_at`` in the future.
     scheduled: int = 0
+    #: Jobs waiting for their next attempt after a failed one.
     retrying: int = 0
+    #: Jobs held by a worker now.
     running: int = 0
+    #: Dead letters kept now (``error``, ``max_retry``).
     dead: int = 0
+    #: Attempts that ended ``done`` in the last hour.
     done_last_hour: int = 0
-    failed_last_hour: int = 0
+    #: Attempts that failed in the last hour, retried or not (a reaped lease too).
+    failed_attempts_last_hour: int = 0
+    #: Of those, the ones that made a dead letter.
+    dead_letters_last_hour: int = 0
+    #: Seconds the oldest due waiting job has waited since its ``run_at``; None: none.
     oldest_waiting_s: float | None = None
     paused: bool = False
 
+    def as_dict(self) -> dict[str, object]:
+        """Return the row as JSON-ready data (``jobqueue status --json``)."""
+        return {
+            "queue": self.queue,
+            "waiting": self.waiting,
+            "scheduled": self.scheduled,
+            "retrying": self.retrying,
+            "running": self.running,
+            "dead": self.dead,
+            "done_last_hour": self.done_last_hour,
+            "failed_attempts_last_hour": self.failed_attempts_last_hour,
+            "dead_letters_last_hour": self.dead_letters_last_hour,
+            "oldest_waiting_s": self.oldest_waiting_s,
+            "paused": self.paused,
+        }
+
 
 def overview(using: str, now: datetime | None = None) -> list[QueueRow]:
-    """Return every known queue's counts, oldest waiting age and pause state."""
+    """Return every known queue's counts, oldest waiting age and pause state.
+
+    A queue is known while it has waiting, running or dead jobs, statistics in the
+    last hour, a pause, or a ``JOBQUEUE["QUEUES"]`` entry: a queue whose jobs are all
+    done stays while it has statistics in the window. ``now``: tests.
+    """
     now = now or datetime.now(UTC)
     rows: dict[str, QueueRow] = {}
 
@@ -115,13 +139,16 @@ def overview(using: str, now: datetime | None = None) -> list[QueueRow]:
         row(queue).dead = number
     stats = (
         JobStat.objects.using(using)
-        .filter(minute__gte=now - timedelta(hours=1))
+        .filter(minute__gte=now - STATS_WINDOW)
+        .order_by()
         .values_list("queue")
-        .annotate(done=Sum("done"), failed=Sum("failed"))
+        .annotate(done=Sum("done"), failed=Sum("failed"), retried=Sum("retried"))
     )
-    for queue, done, failed in stats:
-        row(queue).done_last_hour = done or 0
-        row(queue).failed_last_hour = failed or 0
+    for queue, done, failed, retried in stats:
+        target = row(queue)
+        target.done_last_hour = done or 0
+        target.dead_letters_last_hour = failed or 0
+        target.failed_attempts_last_hour = (failed or 0) + (retried or 0)
     for queue in get_config().QUEUES:
         row(queue)
     paused = paused_queues(using, max_age_s=0)
@@ -130,67 +157,28 @@ def overview(using: str, now: datetime | None = None) -> list[QueueRow]:
     return [rows[name] for name in sorted(rows)]
 
 
-def _sums(rows: Iterable[Mapping[str, Any]]) -> _Totals:
-    totals: _Totals = {}
-    for row in rows:
-        totals[(row["queue"], row["job_type"])] = {c: row[f"s_{c}"] or 0 for c in STAT_COUNTERS}
-    return totals
-
-
-def _stat_rows(using: str, **where: datetime) -> _Totals:
-    sums = {f"s_{name}": Sum(name) for name in STAT_COUNTERS}
-    rows = (
-        JobStat.objects.using(using)
-        .filter(**where)
-        .order_by()
-        .values("queue", "job_type")
-        .annotate(**sums)
-    )
-    return _sums(rows)
-
-
-def stat_totals(using: str, *, now: datetime | None = None) -> _Totals:
-    """Return every JobStat counter summed per (queue, job type) over the kept rows.
+def stat_totals(using: str) -> _Totals:
+    """Return the cumulative counters per (queue, job type), counted since install.
 
     Parameters
     ----------
     using
         Database alias of the jobs.
-    now
-        The current time (tests); the open hours start an hour before its hour.
 
     Returns
     -------
     dict
-        ``{(queue, job_type): {"done": n, "failed": n, ..., "le_inf": n}}`` with
-        every column of :data:`STAT_COUNTERS`.
+        ``{(queue, job_type): {"done": n, "failed": n, ..., "pickup_le_inf": n}}``
+        with every column of :data:`STAT_COUNTERS`; a pair never counted is absent.
 
-    The rows before the open hours are summed at most once per
-    :data:`TOTALS_REFRESH_S` seconds per process (the read that would otherwise
-    cost about 70 ms at a week of 20 pairs); the open hours are read at each call
-    over the (minute, queue, job type) index. A count flushed later than an hour
-    after its minute, and the rows :func:`~django_jobqueue.store.workerstats.prune_stats`
-    deletes, show at the next refresh.
+    One read of :class:`~django_jobqueue.models.JobTotal` (a row per pair, however
+    many jobs ran). Counts still buffered in a process (at most a flush interval,
+    docs/metrics.md) are not in it yet; :func:`~django_jobqueue.store.jobstats.prune_stats`
+    never lowers it.
     """
-    now = now or datetime.now(UTC)
-    clock = time.monotonic()
-    with _closed_lock:
-        cached = _closed.get(using)
-    if cached is None or cached[0] <= clock:
-        start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=_OPEN_HOURS)
-        cached = (clock + TOTALS_REFRESH_S, start, _stat_rows(using, minute__lt=start))
-        with _closed_lock:
-            _closed[using] = cached
-    _expires, start, closed = cached
-    totals = {key: dict(values) for key, values in closed.items()}
-    for key, values in _stat_rows(using, minute__gte=start).items():
-        into = totals.setdefault(key, dict.fromkeys(STAT_COUNTERS, 0))
-        for name, number in values.items():
-            into[name] += number
-    return totals
-
-
-def clear_totals_cache() -> None:
-    """Forget the cached sums of the closed hours (tests; after a bulk change of stats)."""
-    with _closed_lock:
-        _closed.clear()
+    columns = ("queue", "job_type", *STAT_COUNTERS)
+    rows = JobTotal.objects.using(using).order_by("queue", "job_type").values_list(*columns)
+    return {
+        (row[0], row[1]): {name: int(n) for name, n in zip(STAT_COUNTERS, row[2:], strict=True)}
+        for row in rows
+    }

@@ -15,6 +15,9 @@ claimer of the same row update nothing), and "database is locked" is retried.
 
 Leases are deadlines by the database clock (``Now() + LEASE_MS``).
 
+Every outcome stored here, whoever the worker, and every claim's pickup latency are
+counted once in the job statistics (:mod:`django_jobqueue.store.jobstats`).
+
 Every statement here that meets a dead connection (an idle timeout, a killed
 backend, a restart) outside the caller's transaction is repeated once on a new
 connection (:mod:`django_jobqueue.core.reconnect`): the lease-token guard makes a repeat
@@ -44,6 +47,7 @@ from .core.validation import check_json, hold_hash
 from .models import Job, JobStatus, QueuePause
 from .store import locks, unique
 from .store.errorlog import describe, error_entry, escaped
+from .store.jobstats import count_outcome, count_pickups
 from .store.pauses import paused_queues
 from .store.registry import UNSET, get_job_description
 from .store.wakeups import notify_on_commit
@@ -179,7 +183,9 @@ def claim(
         # rare path only); else nothing is: claim afresh, with the same token.
         return claimed_under(using, token) or claim_once()
 
-    return reconnect.retry_on_disconnect(using, claim_once, repeat=claim_again)
+    jobs: list[Job] = reconnect.retry_on_disconnect(using, claim_once, repeat=claim_again)
+    count_pickups(using, jobs)
+    return jobs
 
 
 def claimed_under(using: str, token: str) -> list[Job]:
@@ -297,11 +303,12 @@ def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[
     return _retrying(using, beat)
 
 
-def complete(job: Job, result: Any = None) -> bool:
+def complete(job: Job, result: Any = None, *, run_ms: int | None = None) -> bool:
     """Store ``job``'s success (status ``done``); return False if its lease was lost.
 
     The id's hold lasts ``dedupe`` more (docs/design.md#ids), else ends now; an
-    ``until_executed`` unique key frees now (docs/design.md#unique-keys).
+    ``until_executed`` unique key frees now (docs/design.md#unique-keys). A stored
+    success is counted ``done`` with ``run_ms`` (ms; None: since the claim).
     """
     # InvalidPayload (a ValueError) before any write: the executor stores it as the
     # job's failure, rather than leaving the job processing until its lease expires.
@@ -325,10 +332,15 @@ def complete(job: Job, result: Any = None) -> bool:
     else:
         fields["job_id_hash"] = None
     fields.update(unique.complete_release(job.unique_mode))
-    return _write_or_rerun(job, fields, "complete", {"result": result}) is not None
+    stored = _write_or_rerun(job, fields, "complete", {"result": result}) is not None
+    if stored:
+        count_outcome(job, "done", run_ms=run_ms)
+    return stored
 
 
-def complete_many(items: Sequence[tuple[Job, Any]]) -> list[bool]:
+def complete_many(
+    items: Sequence[tuple[Job, Any]], *, run_ms: Sequence[int | None] | None = None
+) -> list[bool]:
     """Store the successes of many jobs in one guarded write; return one flag per item.
 
     ``items`` are (job, result) pairs of one database alias, results already JSON
@@ -337,15 +349,24 @@ def complete_many(items: Sequence[tuple[Job, Any]]) -> list[bool]:
     lease was lost. Rows still owned are written by one ``UPDATE`` guarded per row by
     the job's lease token; a job it did not write (a rerun to store, or a lost
     lease) then goes through :func:`complete` alone. Database errors propagate.
+    ``run_ms``: each job's run time in ms, as :func:`complete` takes it.
     """
     if not items:
         return []
+    times = list(run_ms) if run_ms is not None else [None] * len(items)
     using = items[0][0]._state.db or "default"
     stored: set[int] = set()
     if storage_sql.supported(using):
         rows = [(job, result, _id_hold_options(job)[0]) for job, result in items]
         stored = _retrying(using, storage_sql.complete_rows, using, rows)
-    return [job.pk in stored or complete(job, result) for job, result in items]
+    flags = []
+    for (job, result), ms in zip(items, times, strict=True):
+        if job.pk in stored:
+            count_outcome(job, "done", run_ms=ms)
+            flags.append(True)
+        else:
+            flags.append(complete(job, result, run_ms=ms))
+    return flags
 
 
 def fail(
@@ -355,6 +376,7 @@ def fail(
     message: str = "",
     retryable: bool = True,
     exception_class: str = "",
+    run_ms: int | None = None,
 ) -> str | None:
     """Store a failed attempt of ``job``; return its new status, or None if the lease was lost.
 
@@ -364,9 +386,9 @@ def fail(
     A retryable failure with retries left goes to ``retry`` at ``now + backoff``;
     otherwise the job is a dead letter: ``error`` when not retryable, ``max_retry``
     when its retries are spent. A dead letter keeps its id for ``keep`` and its
-    unique key until the key's TTL (docs/design.md#unique-keys: an ``until_executed`` lock is not
-    freed
-    by a failure).
+    unique key until the key's TTL (docs/design.md#unique-keys: an ``until_executed``
+    lock is not freed by a failure). A stored failure is counted ``retried`` (or
+    ``failed`` for a dead letter) with ``run_ms`` (ms; None: since the claim).
     """
     message = escaped(message or (describe(exc) if exc is not None else "failed"))
     errors = [*job.errors, error_entry(job, exc, message, exception_class)]
@@ -385,7 +407,11 @@ def fail(
         fields.update(status=status, finished_at=Now(), **dead_hold_until(job))
     extra = {"errors": errors, "message": fields["message"]}
     outcome = _write_or_rerun(job, fields, "fail", extra)
-    return None if outcome is None else (status if outcome else JobStatus.INIT)
+    if outcome is None:
+        return None
+    dead = outcome and status != JobStatus.RETRY
+    count_outcome(job, "failed" if dead else "retried", run_ms=run_ms)
+    return status if outcome else JobStatus.INIT
 
 
 def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> bool:
@@ -582,12 +608,14 @@ def _reap_batch(using: str, limit: int) -> int:
             "updated_at": Now(),
             **_LEASE_CLEARED,
         }
-        if job.attempt <= job.max_retry:
+        retried = job.attempt <= job.max_retry
+        if retried:
             fields.update(status=JobStatus.RETRY, waiting=True, run_at=Now())
         else:
             fields.update(status=JobStatus.MAX_RETRY, finished_at=Now(), **dead_hold_until(job))
         if _retrying(using, stale.update, **fields):
             reaped += 1
+            count_outcome(job, "retried" if retried else "failed", timed=False)
             logger.warning(
                 "lease expired, job taken back jid=%s type=%s owner=%s",
                 job.jid,

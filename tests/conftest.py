@@ -155,22 +155,23 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_stats_state() -> Any:
-    """Start and end every test with no stats state of an earlier test in this process.
+def _fresh_stats_state(request: Any) -> Any:
+    """Start and end every test with no job statistics of an earlier test in this process.
 
-    The counts a test's enqueues leave in ``workerstats.create_stats`` would
-    otherwise be written by a later test (into its rows) or at exit (into a dropped
-    test database); the closed hours' sums ``overview.stat_totals`` caches would
-    be a rolled-back test's.
+    The counts a test's jobs leave in ``jobstats.process_stats`` would otherwise be
+    written by a later test (into its rows) or at exit (into a dropped test
+    database). Its flush timer is off but in ``transaction=True`` tests: a timer
+    thread writes on a connection of its own, outside the test's transaction, where
+    its rows would outlive the test; elsewhere a test writes them with ``flush``.
     """
-    from django_jobqueue.overview import clear_totals_cache
-    from django_jobqueue.store.workerstats import create_stats
+    from django_jobqueue.store.jobstats import process_stats
 
-    create_stats.clear()
-    clear_totals_cache()
+    marker = request.node.get_closest_marker("django_db")
+    process_stats.clear()
+    process_stats.flush_timer = bool(marker and marker.kwargs.get("transaction"))
     yield
-    create_stats.clear()
-    clear_totals_cache()
+    process_stats.clear()
+    process_stats.flush_timer = True
 
 
 #: How long a test's end waits for the worker threads it started, in seconds.

@@ -13,6 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store.jobstats import StatsBuffer
 from django_jobqueue.store.licence import generate_key_pair, issue_licence
 from tests.maintenance_helpers import make_job, make_jobs, running
 
@@ -35,7 +36,7 @@ def test_requires_a_subcommand() -> None:
 # status ----------------------------------------------------------------------------
 
 
-def test_status__no_jobs() -> None:
+def test_status__no_jobs() -> None:  # and no statistics
     assert jobqueue("status") == "No jobs.\n"
 
 
@@ -46,15 +47,42 @@ def test_status__table() -> None:
     running("host:1:w1", queue="default")
     running("host:1:w2", queue="default")
 
+    buffer = StatsBuffer()
+    buffer.record("emails", "maint.noop", "done", 5)
+    buffer.record("emails", "maint.noop", "retried", 5)
+    buffer.record("emails", "maint.noop", "failed", 5)
+    buffer.flush("default")
+
     assert jobqueue("status") == (
         "queue    init  processing  retry  error  max_retry  done  cancelled"
-        "  oldest_waiting_s  busy_workers\n"
+        "  oldest_waiting_s  busy_workers  done_1h  failed_attempts_1h  dead_letters_1h\n"
         "default     0           2      0      0          0     0          0"
-        "                 -             2\n"
+        "                 -             2        0                   0                0\n"
         "emails      1           0      0      0          1     2          0"
-        "                 -             0\n"
+        "                 -             0        1                   2                1\n"
         "Busy workers (holding a job now): 2\n"
     )
+
+
+def test_status__a_queue_whose_jobs_are_gone_is_reported_by_its_statistics() -> None:
+    buffer = StatsBuffer()
+    for _ in range(25):
+        buffer.record("emails", "maint.noop", "done", 5)
+    buffer.flush("default")
+
+    data = json.loads(jobqueue("status", "--json"))
+
+    [emails] = data["queues"]
+    assert emails["queue"] == "emails" and emails["counts"]["done"] == 0  # no row left
+    assert emails["last_hour"] == {"done": 25, "failed_attempts": 0, "dead_letters": 0}
+    assert emails["totals"] == {
+        "done": 25,
+        "failed_attempts": 0,
+        "dead_letters": 0,
+        "deduplicated": 0,
+    }
+    [row] = [line.split() for line in jobqueue("status").splitlines() if line.startswith("emails")]
+    assert row[-3:] == ["25", "0", "0"]  # done_1h, failed_attempts_1h, dead_letters_1h
 
 
 def test_status__names_the_paused_queues() -> None:

@@ -12,7 +12,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_jobqueue.core.exceptions import InvalidOption
-from django_jobqueue.models import JobStat, Worker
+from django_jobqueue.models import JobStat, JobTotal, Worker
 from django_jobqueue.store import workerstats
 from django_jobqueue.store.workerstats import StatsBuffer
 
@@ -90,9 +90,11 @@ def test_flush__upserts_one_row_per_minute_queue_and_type():
     assert len(buffer) == 3
     with CaptureQueriesContext(connection) as ctx:
         assert buffer.flush("default") == 3
-    # One statement (inside a savepoint when the test's transaction is open).
+    # One statement per table: the minutes, then the totals (inside a savepoint when
+    # the test's transaction is open).
     assert [q["sql"].split()[0] for q in ctx.captured_queries if "SAVEPOINT" not in q["sql"]] == [
-        "INSERT"
+        "INSERT",
+        "INSERT",
     ]
     assert len(buffer) == 0 and buffer.flush("default") == 0
     buffer.record("q", "t", "done", 2_000)  # same minute again: adds up
@@ -104,6 +106,10 @@ def test_flush__upserts_one_row_per_minute_queue_and_type():
     later = rows[(1, "t")]
     assert (later.retried, later.done, later.le_10, later.le_10000) == (1, 1, 1, 1)
     assert rows[(0, "u")].deduplicated == 1
+    totals = {r.job_type: r for r in JobTotal.objects.all()}
+    assert (totals["t"].done, totals["t"].failed, totals["t"].retried) == (3, 1, 1)
+    assert totals["t"].duration_ms_sum == 70_055 + 1 + 2_000
+    assert totals["u"].deduplicated == 1
 
 
 @pytest.mark.django_db

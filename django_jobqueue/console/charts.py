@@ -31,7 +31,8 @@ def bar_chart(
     labels
         One label per bar (e.g. ``"10:42"``); every sixth is printed under the axis.
     series
-        ``(name, css colour, values)`` per stacked series, values as many as labels.
+        ``(name, css colour, values)`` per stacked series, values as many as labels;
+        a bar's class is ``jq-`` and the name, spaces as hyphens (``jq-dead-letters``).
     title
         The chart's accessible name (``<title>``).
     """
@@ -79,7 +80,7 @@ def bar_chart(
                 format_html(
                     '<rect class="jq-bar jq-{}" x="{}" y="{}" width="{}" height="{}" '
                     'fill="{}"><title>{} {}: {}</title></rect>',
-                    name,
+                    name.replace(" ", "-"),
                     f"{x + 0.5:.1f}",
                     f"{y:.1f}",
                     f"{max(0.5, bar_w - 1):.1f}",

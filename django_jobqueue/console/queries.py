@@ -49,31 +49,35 @@ STATES: dict[str, Q] = {
 
 def chart_series(
     using: str, *, hours: int, step_minutes: int, now: datetime | None = None
-) -> tuple[list[str], list[int], list[int]]:
-    """Return (labels, done, failed) per ``step_minutes`` over the last ``hours``.
+) -> tuple[list[str], dict[str, list[int]]]:
+    """Return labels and the finished attempts per ``step_minutes`` over the last ``hours``.
 
-    ``step_minutes`` divides an hour (1 or 60); labels are UTC ``HH:MM``.
+    ``step_minutes`` divides an hour (1 or 60); labels are UTC ``HH:MM``. The
+    series, one value per label: ``done``, ``retried`` (failed, another attempt
+    comes) and ``failed`` (failed into a dead letter), every worker's
+    (docs/metrics.md).
     """
     now = (now or datetime.now(UTC)).replace(second=0, microsecond=0)
     steps = hours * 60 // step_minutes
     start = now - timedelta(minutes=step_minutes * (steps - 1))
     start = start.replace(minute=start.minute - start.minute % step_minutes)
-    done = [0] * steps
-    failed = [0] * steps
+    series = {name: [0] * steps for name in ("done", "retried", "failed")}
     stats = (
         JobStat.objects.using(using)
         .filter(minute__gte=start)
+        .order_by()
         .values_list("minute")
-        .annotate(done=Sum("done"), failed=Sum("failed"))
+        .annotate(done=Sum("done"), retried=Sum("retried"), failed=Sum("failed"))
     )
-    for minute, d, f in stats:
+    for minute, done, retried, failed in stats:
         index = int((minute - start).total_seconds() // 60) // step_minutes
         if 0 <= index < steps:
-            done[index] += d or 0
-            failed[index] += f or 0
+            series["done"][index] += done or 0
+            series["retried"][index] += retried or 0
+            series["failed"][index] += failed or 0
     fmt = "%H:%M"
     labels = [(start + timedelta(minutes=step_minutes * i)).strftime(fmt) for i in range(steps)]
-    return labels, done, failed
+    return labels, series
 
 
 def dedupe_series(

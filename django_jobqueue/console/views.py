@@ -21,6 +21,7 @@ __all__ = ["job_detail", "job_list", "overview", "schedules", "using", "workers"
 
 DONE_COLOUR = "#417690"
 FAILED_COLOUR = "#ba2121"
+RETRIED_COLOUR = "#e0a030"
 #: Seconds between the overview's own refreshes (a ``<meta http-equiv=refresh>``).
 REFRESH_S = 5
 
@@ -43,22 +44,23 @@ def context(request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def _attempts(series: dict[str, list[int]]) -> list[tuple[str, str, list[int]]]:
+    """The charts' stacked series: done, failed and retried, failed into a dead letter."""
+    return [
+        ("done", DONE_COLOUR, series["done"]),
+        ("retried", RETRIED_COLOUR, series["retried"]),
+        ("dead letters", FAILED_COLOUR, series["failed"]),
+    ]
+
+
 @staff_required()
 def overview(request: HttpRequest) -> HttpResponse:
     """Show every queue at a glance and the throughput charts; refreshes itself."""
     alias = using()
-    labels, done, failed = queries.chart_series(alias, hours=1, step_minutes=1)
-    hour_labels, hour_done, hour_failed = queries.chart_series(alias, hours=24, step_minutes=60)
-    minute_chart = bar_chart(
-        labels,
-        [("done", DONE_COLOUR, done), ("failed", FAILED_COLOUR, failed)],
-        title="Jobs per minute, last hour",
-    )
-    hour_chart = bar_chart(
-        hour_labels,
-        [("done", DONE_COLOUR, hour_done), ("failed", FAILED_COLOUR, hour_failed)],
-        title="Jobs per hour, last day",
-    )
+    labels, by_minute = queries.chart_series(alias, hours=1, step_minutes=1)
+    hour_labels, by_hour = queries.chart_series(alias, hours=24, step_minutes=60)
+    minute_chart = bar_chart(labels, _attempts(by_minute), title="Attempts per minute, last hour")
+    hour_chart = bar_chart(hour_labels, _attempts(by_hour), title="Attempts per hour, last day")
     return render(
         request,
         "django_jobqueue/console/overview.html",

@@ -91,7 +91,7 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_TIMEOUT_MS": 30_000,
     # The HTTP SDK gateway (django_jobqueue.gateway); keys in GATEWAY_DEFAULTS.
     "GATEWAY": {},
-    # How long the per-minute job statistics (JobStat: charts, metrics) are kept.
+    # How long the per-minute job statistics (JobStat: overview, charts) are kept.
     "STATS_RETENTION": "7d",
     # Bearer token of the Prometheus endpoint (django_jobqueue.metrics); "": staff only.
     "METRICS_TOKEN": "",

@@ -323,15 +323,22 @@ def _lease_lost(job: Job) -> GatewayError:
     )
 
 
+#: Stored status -> the Worker row's counter it adds to, as a foreman counts them:
+#: ``done``, and ``failed`` for dead letters only (a retried or cancelled attempt
+#: counts in neither). Storage counts the job statistics (docs/metrics.md).
+_WORKER_COUNTER = {
+    JobStatus.DONE: "done",
+    JobStatus.ERROR: "failed",
+    JobStatus.MAX_RETRY: "failed",
+}
+
+
 def _finished(job: Job, status: str) -> None:
     job_finished.send_robust(sender=job.job_type, job=job, status=status)
     if job.lease_owner.startswith(OWNER_MARK):
-        counter = "done" if status == JobStatus.DONE else "failed"
-        _seen(
-            job._state.db or jobs_database(),
-            job.lease_owner[len(OWNER_MARK) :],
-            **{counter: F(counter) + 1},
-        )
+        counter = _WORKER_COUNTER.get(JobStatus(status))
+        changes = {} if counter is None else {counter: F(counter) + 1}
+        _seen(job._state.db or jobs_database(), job.lease_owner[len(OWNER_MARK) :], **changes)
 
 
 @router.post(

@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: Called with True once the job's outcome is stored, False if its lease was lost.
 Callback = Callable[[bool], None]
+#: (job, result, callback, run time in ms or None) waiting to be written.
+_Item = tuple[Job, Any, Callback, "int | None"]
 
 
 class Completer:
@@ -59,7 +61,7 @@ class Completer:
         self.max_batch = max(1, max_batch)
         self.max_wait_s = max_wait_ms / 1000
         self._cond = threading.Condition()
-        self._pending: list[tuple[Job, Any, Callback]] = []
+        self._pending: list[_Item] = []
         self._write_lock = threading.Lock()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -72,18 +74,21 @@ class Completer:
         self._thread = threading.Thread(target=self._loop, name="jq-completer", daemon=True)
         self._thread.start()
 
-    def submit(self, job: Job, result: Any, callback: Callback) -> None:
+    def submit(
+        self, job: Job, result: Any, callback: Callback, *, run_ms: int | None = None
+    ) -> None:
         """Queue ``job``'s success (``result`` already checked as JSON) for the next write.
 
         ``callback(stored)`` runs in the completer's thread after the write (in the
-        caller's, once the completer is closed).
+        caller's, once the completer is closed). ``run_ms``: the handler's run time
+        in ms, for the statistics (None: since the claim).
         """
         with self._cond:
             if not self._closed:
-                self._pending.append((job, result, callback))
+                self._pending.append((job, result, callback, run_ms))
                 self._cond.notify_all()
                 return
-        self._write([(job, result, callback)])
+        self._write([(job, result, callback, run_ms)])
 
     def flush(self) -> None:
         """Write every outcome waiting now, in this thread; return once stored."""
@@ -124,7 +129,7 @@ class Completer:
         finally:
             connections.close_all()
 
-    def _write(self, batch: list[tuple[Job, Any, Callback]]) -> None:
+    def _write(self, batch: list[_Item]) -> None:
         if not batch:
             return
         with self._write_lock:
@@ -133,16 +138,16 @@ class Completer:
             except Exception:
                 logger.warning("batched completion failed; storing one by one", exc_info=True)
                 recycle_connections()
-                flags = [self._one(job, result) for job, result, _cb in batch]
+                flags = [self._one(job, result, ms) for job, result, _cb, ms in batch]
             self.flushes += 1
             self.written += len(batch)
-        for (job, _result, callback), stored in zip(batch, flags, strict=True):
+        for (job, _result, callback, _ms), stored in zip(batch, flags, strict=True):
             try:
                 callback(stored)
             except Exception:
                 logger.exception("completion callback failed jid=%s", job.jid)
 
-    def _write_through_outage(self, batch: list[tuple[Job, Any, Callback]]) -> list[bool]:
+    def _write_through_outage(self, batch: list[_Item]) -> list[bool]:
         """:func:`storage.complete_many`, tried again while the database is unreachable.
 
         ``complete_many`` already reconnects once. A server restart or a failover
@@ -155,14 +160,15 @@ class Completer:
         the reaper's. Giving up at once would leave every job of the batch to be
         reaped and run a second time after an outage shorter than the lease.
         """
-        items = [(job, result) for job, result, _cb in batch]
+        items = [(job, result) for job, result, _cb, _ms in batch]
+        run_ms = [ms for _job, _result, _cb, ms in batch]
         using = batch[0][0]._state.db or "default"
-        expiries = [job.lease_expires_at for job, _r, _cb in batch if job.lease_expires_at]
+        expiries = [job.lease_expires_at for job, _r, _cb, _ms in batch if job.lease_expires_at]
         give_up = min(expiries) - timedelta(seconds=1) if expiries else None
         pause = 0.1
         while True:
             try:
-                return storage.complete_many(items)
+                return storage.complete_many(items, run_ms=run_ms)
             except Exception as exc:
                 # A dead session, or none at all: the reconnect itself failed.
                 unreachable = is_disconnect(exc, using) or connections[using].connection is None
@@ -181,9 +187,9 @@ class Completer:
                 pause = min(pause * 2, 1.0)
 
     @staticmethod
-    def _one(job: Job, result: Any) -> bool:
+    def _one(job: Job, result: Any, run_ms: int | None) -> bool:
         try:
-            return storage.complete(job, result)
+            return storage.complete(job, result, run_ms=run_ms)
         except Exception:
             # Left processing: its lease expires and the reaper takes it back.
             logger.exception("storing the result failed jid=%s type=%s", job.jid, job.job_type)

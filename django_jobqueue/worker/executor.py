@@ -161,6 +161,11 @@ def _log_end(job: Job, status: str | None, started: float) -> None:
     )
 
 
+def _ms_since(started: float) -> int:
+    """Milliseconds since ``started`` (``time.monotonic()``): an attempt's run time."""
+    return int((time.monotonic() - started) * 1000)
+
+
 def _finished(job: Job, status: str | None) -> None:
     if status is not None:
         job_finished.send(sender=job.job_type, job=job, status=status)
@@ -239,7 +244,7 @@ def execute(
     try:
         desc = get_job_description(job.job_type)
     except UnknownJobType as exc:
-        status = storage.fail(job, exc, retryable=False)
+        status = storage.fail(job, exc, retryable=False, run_ms=_ms_since(started))
         logger.error("unknown job type jid=%s type=%s", job.jid, job.job_type)
         _log_end(job, status, started)
         _finished(job, status)
@@ -265,11 +270,12 @@ def execute(
             job.attempt,
         )
         return None
+    run_ms = _ms_since(started)
     if ctx.cancelled:
         status = JobStatus.CANCELLED if storage.finish_cancelled(job) else None
     elif error is not None:
         retryable = not isinstance(error, NonRetryableError)
-        status = storage.fail(job, error, retryable=retryable)
+        status = storage.fail(job, error, retryable=retryable, run_ms=run_ms)
         logger.error(
             "job failed jid=%s type=%s attempt=%s status=%s",
             job.jid,
@@ -287,7 +293,7 @@ def execute(
                 setting="MAX_RESULT_BYTES",
             )
         except PayloadTooLarge as exc:  # JSON, but over MAX_RESULT_BYTES
-            status = storage.fail(job, exc, message=str(exc), retryable=False)
+            status = storage.fail(job, exc, message=str(exc), retryable=False, run_ms=run_ms)
         except (TypeError, ValueError) as exc:  # the result is not JSON
             status = storage.fail(
                 job,
@@ -295,12 +301,13 @@ def execute(
                 message=f"the handler's result is not JSON ({type(exc).__name__}); "
                 "return dicts, lists, strings, numbers, booleans or None",
                 retryable=False,
+                run_ms=run_ms,
             )
         else:
             if completer is not None:
-                completer.submit(job, result, _after_store(job, started, on_stored))
+                completer.submit(job, result, _after_store(job, started, on_stored), run_ms=run_ms)
                 return PENDING
-            status = JobStatus.DONE if storage.complete(job, result) else None
+            status = JobStatus.DONE if storage.complete(job, result, run_ms=run_ms) else None
     _log_end(job, status, started)
     _finished(job, status)
     return status
@@ -319,7 +326,7 @@ def time_out(job: Job, ctx: JobContext, *, started: float) -> str | None:
         "type's timeout (@job(timeout=...)) or the enqueue's timeout_ms, or make the "
         "handler faster"
     )
-    status = storage.fail(job, exc, message=f"TimeoutError: {exc}")
+    status = storage.fail(job, exc, message=f"TimeoutError: {exc}", run_ms=_ms_since(started))
     logger.error(
         "job timed out jid=%s type=%s attempt=%s timeout_ms=%s status=%s",
         job.jid,

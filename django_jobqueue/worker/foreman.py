@@ -55,6 +55,7 @@ from ..core.conf import get_config
 from ..core.reconnect import retry_on_disconnect
 from ..core.stopsignals import SignalRelay
 from ..models import Job
+from ..store.jobstats import process_stats
 from ..store.pauses import paused_queues
 from ..store.registry import registered_job_types
 from . import executor, wakeup
@@ -181,7 +182,6 @@ class Foreman(ForemanClaims, ForemanThreads):
         #: Jobs this foreman ran to a stored outcome, by status (for summaries and tests).
         self.stats: dict[str, int] = {}
         self._stats_lock = threading.Lock()
-        self._init_threads()
 
     # Control -------------------------------------------------------------------
 
@@ -293,6 +293,7 @@ class Foreman(ForemanClaims, ForemanThreads):
             thread.start()
         if self.completer is not None:
             self.completer.start()
+        process_stats.hold_timer(self.using)  # the housekeeping thread writes the counts
         try:
             if self.burst:
                 self._reap()
@@ -306,6 +307,7 @@ class Foreman(ForemanClaims, ForemanThreads):
             for thread in helpers:
                 thread.join(timeout=2)
             self._finish_threads()
+            process_stats.release_timer(self.using)
             connections.close_all()
         logger.info("foreman stopped name=%s stats=%s", self.name, self.stats)
         return dict(self.stats)

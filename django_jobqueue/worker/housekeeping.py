@@ -14,9 +14,10 @@ beside the worker slots:
   after :data:`_BEAT_RETRY_S`, and no error ends the thread while the foreman runs;
 - **the housekeeping thread**: returns expired leases to the queue
   (:func:`storage.reap_expired`, every ``lease_ms / 2``), turns due schedules into
-  jobs (about every second), flushes the outcome counters of its
-  :class:`~django_jobqueue.store.workerstats.StatsBuffer` (every :data:`STATS_FLUSH_S`)
-  and prunes long-gone workers and old statistics (every :data:`PRUNE_EVERY_S`);
+  jobs (about every second), writes the process's job statistics
+  (:data:`~django_jobqueue.store.jobstats.process_stats`, every :data:`STATS_FLUSH_S`:
+  storage counts each outcome and claim there, docs/metrics.md) and prunes
+  long-gone workers and old statistics (every :data:`PRUNE_EVERY_S`);
 - **the relay** of the in-process :data:`~.wakeup.local_event`.
 
 Implements: docs/design.md#execution.
@@ -35,15 +36,8 @@ from .. import storage
 from ..core.conf import get_config
 from ..core.reconnect import retry_on_disconnect
 from ..models import JobStatus
-from ..store.workerstats import (
-    StatsBuffer,
-    beat_worker,
-    create_stats,
-    prune_stats,
-    prune_workers,
-    register_worker,
-    stop_worker,
-)
+from ..store.jobstats import process_stats, prune_stats
+from ..store.workerstats import beat_worker, prune_workers, register_worker, stop_worker
 from . import wakeup
 from .completer import Completer
 from .connections import recycle_connections
@@ -57,18 +51,10 @@ logger = logging.getLogger(__name__)
 _SCHEDULE_EVERY_S = 1.0
 #: Pause (s) before a failed heartbeat is tried again (at most the beat interval).
 _BEAT_RETRY_S = 0.5
-#: How often (s) the housekeeping thread writes the buffered outcome counters.
+#: How often (s) the housekeeping thread writes the process's job statistics.
 STATS_FLUSH_S = 2.0
 #: How often (s) the housekeeping thread prunes gone workers and old statistics.
 PRUNE_EVERY_S = 300.0
-
-#: Stored status -> the :class:`~django_jobqueue.models.JobStat` counter it adds to.
-_OUTCOME_OF: dict[str, str] = {
-    JobStatus.DONE: "done",
-    JobStatus.RETRY: "retried",
-    JobStatus.ERROR: "failed",
-    JobStatus.MAX_RETRY: "failed",
-}
 
 
 def package_version() -> str:
@@ -107,10 +93,6 @@ class ForemanThreads:
     _done: threading.Event
     _running: dict[int, _Running]
     _running_lock: threading.Lock
-
-    def _init_threads(self) -> None:
-        #: Outcome counters of this foreman, written by the housekeeping thread.
-        self.stats_buffer = StatsBuffer()
 
     # Wake-ups ------------------------------------------------------------------
 
@@ -176,15 +158,9 @@ class ForemanThreads:
             self.stats[str(status)] = self.stats.get(str(status), 0) + 1
 
     def _outcome(self, running: _Running, status: str) -> None:
-        """Count a stored outcome of ``running``: in :attr:`stats` and, when it is
-        done, retried or failed, in the stats buffer with its run time."""
+        """Count a stored outcome of ``running`` in :attr:`stats` (the Worker row's
+        done and failed); storage counted it in the job statistics."""
         self._count(status)
-        outcome = _OUTCOME_OF.get(status)
-        if outcome is None:
-            return
-        job = running.job
-        duration_ms = int((time.monotonic() - running.started) * 1000) if running.started else 0
-        self.stats_buffer.record(job.queue, job.job_type, outcome, duration_ms)
 
     def _totals(self) -> tuple[int, int]:
         """(jobs done, jobs failed for good) since start."""
@@ -232,9 +208,10 @@ class ForemanThreads:
 
     def _flush_stats(self) -> None:
         try:
-            retry_on_disconnect(self.using, self.stats_buffer.flush, self.using)
-            create_stats.flush(self.using)  # the deduplicated enqueues of this process's jobs
-        except Exception:  # the counts went back into the buffer
+            # Outcomes, pickups and deduplicated enqueues of this process's jobs;
+            # a failed write is logged there and its counts kept for the next flush.
+            retry_on_disconnect(self.using, process_stats.flush, self.using)
+        except Exception:
             logger.warning("flushing job statistics failed", exc_info=True)
             recycle_connections()
 

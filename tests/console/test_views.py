@@ -184,12 +184,19 @@ def test_overview__counts_and_charts(clients):
     for _ in range(3):
         buffer.record("mail", "maint.noop", "done", 20)
     buffer.record("mail", "maint.noop", "failed", 20)
+    buffer.record("mail", "maint.noop", "retried", 20)
+    buffer.record("mail", "maint.noop", "retried", 20)
     buffer.flush("default")
     response = clients["staff"].get(url("overview"))
     row = next(q for q in response.context["queues"] if q.queue == "mail")
-    assert (row.waiting, row.dead, row.done_last_hour, row.failed_last_hour) == (2, 1, 3, 1)
+    assert (row.waiting, row.dead, row.done_last_hour) == (2, 1, 3)
+    # Every failed attempt (two retried, one dead letter), and the dead letters apart.
+    assert (row.failed_attempts_last_hour, row.dead_letters_last_hour) == (3, 1)
     body = response.content.decode()
+    assert "Failed attempts (1 h)" in body and "Dead letters (1 h)" in body
     assert body.count('class="jq-bar jq-done"') == 2 and "done (3)" in body
+    assert body.count('class="jq-bar jq-dead-letters"') == 2 and "dead letters (1)" in body
+    assert "retried (2)" in body
     assert '<meta http-equiv="refresh"' in body
 
 

@@ -34,6 +34,7 @@ from django_jobqueue.core.durations import parse_duration
 from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.enqueue import jobs_database
 from django_jobqueue.management import pausing, tokens
+from django_jobqueue.management import status as status_report
 from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, ScheduleJob, Worker
 from django_jobqueue.store.licence import current_licence, describe_licence
 from django_jobqueue.store.pauses import paused_queues
@@ -170,7 +171,8 @@ def _status_arguments(parser: CommandParser) -> None:
         type=_name,
         dest="queues",
         metavar="QUEUE",
-        help="Report only this queue (repeatable; default: every queue with a job).",
+        help="Report only this queue (repeatable; default: every queue with a job, "
+        "statistics in the last hour or a pause).",
     )
     parser.add_argument(
         "--json", action="store_true", dest="as_json", help="Print JSON instead of a table."
@@ -183,8 +185,9 @@ def _format_age(seconds: float | None) -> str:
 
 @subcommand(
     "status",
-    help="Per queue: jobs by status, the oldest due job's wait (s) and the busy workers; "
-    "then the live workers, idle ones included.",
+    help="Per queue: jobs by status, the oldest due job's wait (s), the busy workers and "
+    "the attempts done, failed and dead-lettered in the last hour; then the live "
+    "workers, idle ones included.",
     arguments=_status_arguments,
 )
 def _status(
@@ -196,13 +199,13 @@ def _status(
     **options: Any,
 ) -> None:
     using = _jobs_database(database)
-    rows = maintenance.queue_status(using, queues=queues)
+    rows = status_report.queue_report(using, queues)
     workers = maintenance.busy_workers(using)
     live = live_workers(using)
     paused = sorted(paused_queues(using, max_age_s=0))
     if as_json:
         data = {
-            "queues": [row.as_dict() for row in rows],
+            "queues": rows,
             "paused_queues": paused,
             "busy_workers": workers,
             "live_workers": [_worker_dict(worker) for worker in live],
@@ -214,13 +217,20 @@ def _status(
         _write_paused(command, paused)
         _write_live_workers(command, live)
         return
-    header = ["queue", *_STATUS_COLUMNS, "oldest_waiting_s", "busy_workers"]
+    header = [
+        "queue",
+        *_STATUS_COLUMNS,
+        "oldest_waiting_s",
+        "busy_workers",
+        *status_report.STATS_COLUMNS,
+    ]
     table = [
         [
-            row.queue,
-            *(str(row.counts[value]) for value in _STATUS_COLUMNS),
-            _format_age(row.oldest_waiting_s),
-            str(row.busy_workers),
+            row["queue"],
+            *(str(row["counts"][value]) for value in _STATUS_COLUMNS),
+            _format_age(row["oldest_waiting_s"]),
+            str(row["busy_workers"]),
+            *status_report.table_cells(row),
         ]
         for row in rows
     ]

@@ -1,0 +1,580 @@
+"""The job statistics: one path for every worker, buffered per process.
+
+Policy
+------
+- **What is counted, and where.** :mod:`django_jobqueue.storage` counts each outcome
+  it stores (``done``; ``retried``: an attempt failed and another comes; ``failed``:
+  the attempt made a dead letter) with the attempt's run time, and each claim's
+  pickup latency (``run_at`` to ``started_at``, both by the database clock). Every
+  worker stores its outcomes through it: ``runworkers`` and the ``django.tasks``
+  jobs it runs, and gateway workers in any language (their complete and fail
+  routes), so their statistics are the same numbers. The create path counts each
+  enqueue it turns away as ``deduplicated`` (:func:`count_deduplicated`).
+- **Buffered, never one write per job.** Counts go to the process's
+  :data:`process_stats` (a :class:`ProcessStats`: one :class:`StatsBuffer` per
+  database, keyed by (UTC minute, queue, job type)). :meth:`StatsBuffer.flush` writes
+  them in one transaction of two upserts that *add* to the stored counters: the
+  per-minute rows of :class:`~django_jobqueue.models.JobStat` (charts, the overview,
+  ``jobqueue status``) and the cumulative rows of
+  :class:`~django_jobqueue.models.JobTotal` (the Prometheus counters, never pruned,
+  so they never go down). ``INSERT ... ON CONFLICT DO UPDATE`` (PostgreSQL, SQLite)
+  or ``INSERT ... ON DUPLICATE KEY UPDATE`` (MySQL/MariaDB): any number of processes
+  flushing the same rows sum correctly. Rows are written in key order, so two
+  flushes lock shared rows in the same order; a deadlock or "database is locked" is
+  retried a few times, then the counts go back into the buffer for the next flush.
+- **When a process writes.** A ``runworkers`` foreman's housekeeping thread flushes
+  every ``STATS_FLUSH_S`` (2 s) while it runs (:meth:`ProcessStats.hold_timer`). Any
+  other process (a web process serving the
+  gateway, a shell) flushes from a timer thread :data:`FLUSH_S` seconds after its
+  first unwritten count, on its own connection, so the last counts of a burst are
+  written without waiting for more traffic; and at exit. A forked child drops the
+  counts it inherited (its parent writes them).
+- **Retention.** :func:`prune_stats` deletes JobStat rows older than
+  ``STATS_RETENTION``; it never touches JobTotal.
+
+Implements: docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import DatabaseError, OperationalError, connections, transaction
+
+from ..core.conf import get_config
+from ..core.exceptions import InvalidOption
+from ..core.reconnect import is_disconnect
+from ..models import DURATION_BUCKETS_MS, PICKUP_BUCKETS_MS, JobStat, JobTotal
+
+__all__ = [
+    "BUCKET_FIELDS",
+    "COUNTERS",
+    "FLUSH_S",
+    "OUTCOMES",
+    "PICKUP_FIELDS",
+    "ProcessStats",
+    "StatsBuffer",
+    "bucket_of",
+    "count_deduplicated",
+    "count_outcome",
+    "count_pickups",
+    "pickup_bucket_of",
+    "process_stats",
+    "prune_stats",
+]
+
+logger = logging.getLogger(__name__)
+
+#: What :meth:`StatsBuffer.record` counts: a column of :class:`JobStat` each.
+OUTCOMES = ("done", "failed", "retried", "deduplicated")
+#: The run-time histogram columns, in bucket order (the last one is ``+Inf``).
+BUCKET_FIELDS = (*(f"le_{bound}" for bound in DURATION_BUCKETS_MS), "le_inf")
+#: The pickup-latency histogram columns, in bucket order (the last one is ``+Inf``).
+PICKUP_FIELDS = (*(f"pickup_le_{bound}" for bound in PICKUP_BUCKETS_MS), "pickup_le_inf")
+#: Every counter column of JobStat and JobTotal, as the flush writes them.
+COUNTERS = (*OUTCOMES, "duration_ms_sum", *BUCKET_FIELDS, "pickup_ms_sum", *PICKUP_FIELDS)
+_FLUSH_ATTEMPTS = 3
+#: Seconds the process's counts wait before they are written (timer, or next count).
+FLUSH_S = 2.0
+
+
+def bucket_of(duration_ms: int) -> str:
+    """Return the histogram column that counts a run of ``duration_ms`` milliseconds."""
+    for bound, column in zip(DURATION_BUCKETS_MS, BUCKET_FIELDS, strict=False):
+        if duration_ms <= bound:
+            return column
+    return "le_inf"
+
+
+def pickup_bucket_of(pickup_ms: int) -> str:
+    """Return the pickup histogram column that counts a wait of ``pickup_ms`` ms."""
+    for bound, column in zip(PICKUP_BUCKETS_MS, PICKUP_FIELDS, strict=False):
+        if pickup_ms <= bound:
+            return column
+    return "pickup_le_inf"
+
+
+def prune_stats(using: str, *, now: datetime | None = None) -> int:
+    """Delete :class:`JobStat` rows older than ``STATS_RETENTION``; return how many.
+
+    The cumulative :class:`JobTotal` rows are never pruned: the counters the
+    Prometheus endpoint exports never go down (docs/metrics.md).
+    """
+    cutoff = (now or datetime.now(UTC)) - get_config().STATS_RETENTION
+    deleted, _ = JobStat.objects.using(using).filter(minute__lt=cutoff).delete()
+    return deleted
+
+
+@dataclass
+class _Counts:
+    values: dict[str, int]
+
+    @classmethod
+    def zero(cls) -> _Counts:
+        return cls(dict.fromkeys(COUNTERS, 0))
+
+    def add(self, other: Mapping[str, int]) -> None:
+        for key, number in other.items():
+            self.values[key] += number
+
+
+_Key = tuple[datetime, str, str]
+
+
+class StatsBuffer:
+    """Counters held in memory until :meth:`flush` writes them in one transaction.
+
+    Thread-safe: a process's threads share one buffer per database. ``clock``
+    (seconds since the epoch) is for tests.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rows: dict[_Key, _Counts] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+    def _add(self, queue: str, job_type: str, change: Mapping[str, int]) -> None:
+        seconds = int(self._clock()) // 60 * 60
+        key = (datetime.fromtimestamp(seconds, UTC), queue, job_type)
+        with self._lock:
+            self._rows.setdefault(key, _Counts.zero()).add(change)
+
+    def record(
+        self,
+        queue: str,
+        job_type: str,
+        outcome: str,
+        duration_ms: int | None = None,
+        *,
+        count: int = 1,
+    ) -> None:
+        """Count ``count`` outcomes of jobs of ``job_type`` in ``queue``, this minute.
+
+        Parameters
+        ----------
+        queue, job_type
+            The job's queue and job type (never its payload).
+        outcome
+            One of :data:`OUTCOMES`: ``done``, ``failed`` (dead letter), ``retried``
+            (an attempt failed, another comes) or ``deduplicated`` (an enqueue
+            turned away).
+        duration_ms
+            The attempt's run time in ms, counted in the sum and the histogram;
+            None when it is not known (``deduplicated``, a reaped lease).
+        count
+            How many such outcomes (``deduplicated`` of a batch); 1 by default.
+
+        Raises
+        ------
+        InvalidOption
+            If ``outcome`` is not one of :data:`OUTCOMES`.
+        """
+        if outcome not in OUTCOMES:
+            raise InvalidOption(f"A stats outcome must be one of {OUTCOMES}: got {outcome!r}.")
+        change = {outcome: count}
+        if duration_ms is not None:
+            duration = max(0, int(duration_ms))
+            change["duration_ms_sum"] = duration * count
+            change[bucket_of(duration)] = count
+        self._add(queue, job_type, change)
+
+    def record_pickup(self, queue: str, job_type: str, pickup_ms: int) -> None:
+        """Count one claim of a job of ``job_type`` in ``queue`` that waited ``pickup_ms``
+        ms (negative counts as 0) since its ``run_at``."""
+        wait = max(0, int(pickup_ms))
+        self._add(queue, job_type, {"pickup_ms_sum": wait, pickup_bucket_of(wait): 1})
+
+    def _take(self) -> dict[_Key, _Counts]:
+        with self._lock:
+            rows, self._rows = self._rows, {}
+        return rows
+
+    def _give_back(self, rows: Mapping[_Key, _Counts]) -> None:
+        with self._lock:
+            for key, counts in rows.items():
+                self._rows.setdefault(key, _Counts.zero()).add(counts.values)
+
+    def clear(self) -> None:
+        """Drop every count not written."""
+        self._take()
+
+    def flush(self, using: str) -> int:
+        """Add the buffered counts to JobStat and JobTotal in one transaction; return
+        the JobStat rows written.
+
+        Parameters
+        ----------
+        using
+            Database alias of the jobs.
+
+        Returns
+        -------
+        int
+            How many (minute, queue, job type) rows the per-minute upsert wrote; 0
+            when the buffer was empty (no statement is sent).
+
+        Raises
+        ------
+        DatabaseError
+            If the upserts kept failing (their counts are back in the buffer, for
+            the next flush).
+
+        Implements: docs/metrics.md.
+        """
+        rows = self._take()
+        if not rows:
+            return 0
+        ordered = sorted(rows.items(), key=lambda item: item[0])
+        for attempt in range(1, _FLUSH_ATTEMPTS + 1):
+            try:
+                _write(using, ordered)
+            except OperationalError as exc:
+                # Deadlocks, lock waits and "database is locked" are OperationalError;
+                # inside the caller's transaction a retry cannot help.
+                # A dead connection is not retried here (the caller reconnects).
+                if (
+                    attempt == _FLUSH_ATTEMPTS
+                    or connections[using].in_atomic_block
+                    or is_disconnect(exc, using)
+                ):
+                    self._give_back(rows)
+                    raise
+                logger.warning("stats flush retried attempt=%s rows=%s", attempt, len(rows))
+                time.sleep(0.01 * attempt)
+            except DatabaseError:
+                self._give_back(rows)
+                raise
+            else:
+                return len(ordered)
+        return 0  # pragma: no cover (the loop returns or raises)
+
+
+def _upsert_sql(using: str, table: str, keys: Sequence[str], rows: int) -> str:
+    """The text of one upsert of ``rows`` rows into ``table`` that adds every counter."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    columns = [*keys, *COUNTERS]
+    placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    # Only quoted column names of the models go into the text; every value is a parameter.
+    names = ", ".join(quote(c) for c in columns)
+    values = ", ".join([placeholders] * rows)
+    head = f"INSERT INTO {quote(table)} ({names}) VALUES {values}"  # noqa: S608
+    if connection.vendor == "mysql":
+        sets = ", ".join(f"{quote(c)} = {quote(c)} + VALUES({quote(c)})" for c in COUNTERS)
+        return f"{head} ON DUPLICATE KEY UPDATE {sets}"
+    sets = ", ".join(
+        f"{quote(c)} = {quote(table)}.{quote(c)} + excluded.{quote(c)}" for c in COUNTERS
+    )
+    conflict = ", ".join(quote(c) for c in keys)
+    return f"{head} ON CONFLICT ({conflict}) DO UPDATE SET {sets}"
+
+
+def _write(using: str, rows: list[tuple[_Key, _Counts]]) -> None:
+    """Add ``rows`` to the per-minute rows, and their sums to the cumulative rows."""
+    connection = connections[using]
+    minute_params: list[Any] = []
+    totals: dict[tuple[str, str], _Counts] = {}
+    for (minute, queue, job_type), counts in rows:
+        minute_params.append(connection.ops.adapt_datetimefield_value(minute))
+        minute_params.extend([queue, job_type])
+        minute_params.extend(counts.values[name] for name in COUNTERS)
+        totals.setdefault((queue, job_type), _Counts.zero()).add(counts.values)
+    total_params: list[Any] = []
+    for (queue, job_type), counts in sorted(totals.items()):
+        total_params.extend([queue, job_type])
+        total_params.extend(counts.values[name] for name in COUNTERS)
+    minute_sql = _upsert_sql(
+        using, JobStat._meta.db_table, ("minute", "queue", "job_type"), len(rows)
+    )
+    total_sql = _upsert_sql(using, JobTotal._meta.db_table, ("queue", "job_type"), len(totals))
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        cursor.execute(minute_sql, minute_params)
+        cursor.execute(total_sql, total_params)
+
+
+class ProcessStats:
+    """The counts of one process, per database, until written.
+
+    Thread-safe. Counts are written ``flush_s`` seconds after the oldest of them:
+    with ``flush_timer`` (the process's :data:`process_stats`) by a timer thread on
+    its own connection, else by the first count after that (in autocommit now,
+    inside the caller's transaction after its commit: writing there would hold the
+    stats rows' locks to the caller's end and lose the counts with a rollback).
+    Never one write per count. ``clock`` (monotonic seconds, for the age) and
+    ``wall`` (epoch seconds, for the minute) are for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        flush_s: float = FLUSH_S,
+        flush_timer: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.flush_s = flush_s
+        #: Whether a timer thread writes the counts (else the next count does).
+        self.flush_timer = flush_timer
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._buffers: dict[str, StatsBuffer] = {}
+        self._since: dict[str, float] = {}  # clock of the oldest count not written
+        self._asked: dict[str, float] = {}  # clock of the last on_commit flush asked for
+        self._timers: dict[str, threading.Timer] = {}
+        self._held: Counter[str] = Counter()  # aliases a foreman's housekeeping writes
+
+    def hold_timer(self, using: str) -> None:
+        """Leave the counts of ``using`` to a caller that flushes them itself (a
+        foreman's housekeeping thread, every ``STATS_FLUSH_S``) until
+        :meth:`release_timer`: no timer thread, no connection of its own."""
+        with self._lock:
+            self._held[using] += 1
+
+    def release_timer(self, using: str) -> None:
+        """End one :meth:`hold_timer` of ``using``; its later counts are timed again."""
+        with self._lock:
+            self._held[using] -= 1
+            if self._held[using] <= 0:
+                del self._held[using]
+        if self.pending(using):
+            self._due(using, self._clock())
+
+    def pending(self, using: str) -> int:
+        """Return how many (minute, queue, job type) rows of ``using`` wait to be written."""
+        with self._lock:
+            buffer = self._buffers.get(using)
+        return 0 if buffer is None else len(buffer)
+
+    def _buffer(self, using: str) -> tuple[StatsBuffer, float]:
+        now = self._clock()
+        with self._lock:
+            buffer = self._buffers.get(using)
+            if buffer is None:
+                buffer = self._buffers[using] = StatsBuffer(clock=self._wall)
+            return buffer, self._since.setdefault(using, now)
+
+    def record_outcome(
+        self,
+        using: str,
+        queue: str,
+        job_type: str,
+        outcome: str,
+        *,
+        duration_ms: int | None = None,
+        count: int = 1,
+    ) -> None:
+        """Count ``count`` outcomes (:meth:`StatsBuffer.record`) of ``job_type`` in ``queue``
+        on the database ``using``; written later (see the class).
+
+        Raises
+        ------
+        InvalidOption
+            If ``outcome`` is not one of :data:`OUTCOMES` (nothing is counted).
+        """
+        buffer, since = self._buffer(using)
+        buffer.record(queue, job_type, outcome, duration_ms, count=count)
+        self._due(using, since)
+
+    def record_pickup(self, using: str, queue: str, job_type: str, pickup_ms: int) -> None:
+        """Count one claim's pickup latency in ms (:meth:`StatsBuffer.record_pickup`)."""
+        buffer, since = self._buffer(using)
+        buffer.record_pickup(queue, job_type, pickup_ms)
+        self._due(using, since)
+
+    def record(self, using: str, queue: str, job_type: str, count: int = 1) -> None:
+        """Count ``count`` enqueues of ``job_type`` into ``queue`` turned away as deduplicated.
+
+        Parameters
+        ----------
+        using
+            Database alias of the jobs.
+        queue, job_type
+            The turned-away job's queue and job type (never its payload or key).
+        count
+            How many, >= 1.
+
+        Never raises for a failed write (it is logged, the counts kept).
+        """
+        self.record_outcome(using, queue, job_type, "deduplicated", count=count)
+
+    def _due(self, using: str, since: float) -> None:
+        if self.flush_timer:
+            with self._lock:
+                held = self._held.get(using, 0) > 0
+            if not held:
+                self._schedule(using)
+            return
+        now = self._clock()
+        if now - since < self.flush_s:
+            return
+        if not connections[using].in_atomic_block:
+            self.flush(using)
+            return
+        with self._lock:
+            asked = self._asked.get(using)
+            if asked is not None and now - asked < self.flush_s:
+                return  # one commit hook per flush_s, however many counts a transaction makes
+            self._asked[using] = now
+        transaction.on_commit(lambda: self.flush(using), using=using)
+
+    def _schedule(self, using: str) -> None:
+        with self._lock:
+            if using in self._timers:
+                return
+            timer = threading.Timer(self.flush_s, self._timed_flush, args=(using,))
+            timer.name = "jq-stats-flush"
+            timer.daemon = True
+            self._timers[using] = timer
+        timer.start()
+
+    def _timed_flush(self, using: str) -> None:
+        """In the timer's thread: write the counts of ``using``, then close its connection."""
+        with self._lock:
+            self._timers.pop(using, None)
+        try:
+            self.flush(using)
+        finally:
+            connections[using].close()
+        if self.pending(using) and self.flush_timer:
+            self._schedule(using)  # the write failed: try again in flush_s
+
+    def flush(self, using: str) -> int:
+        """Write the counts of ``using`` (:meth:`StatsBuffer.flush`); return the rows written.
+
+        Returns 0, writing nothing, when there is nothing to write or the connection
+        is inside a transaction (the counts wait: see the class). A failed write is
+        logged and returns 0; its counts stay for the next flush.
+        """
+        if connections[using].in_atomic_block:
+            return 0
+        with self._lock:
+            buffer = self._buffers.get(using)
+            self._since.pop(using, None)
+            self._asked.pop(using, None)
+        if buffer is None:
+            return 0
+        try:
+            return buffer.flush(using)
+        except Exception:  # never fail a job's outcome or a request for a counter
+            logger.warning("writing job statistics failed using=%s", using, exc_info=True)
+            if len(buffer):
+                with self._lock:
+                    self._since.setdefault(using, self._clock())
+            return 0
+
+    def flush_all(self) -> int:
+        """Write the counts of every database (:meth:`flush`); return the rows written."""
+        with self._lock:
+            aliases = list(self._buffers)
+        return sum(self.flush(using) for using in aliases)
+
+    def clear(self) -> None:
+        """Drop every count not written and every pending timer (tests, between cases)."""
+        with self._lock:
+            timers = list(self._timers.values())
+            self._timers.clear()
+            for buffer in self._buffers.values():
+                buffer.clear()
+            self._since.clear()
+            self._asked.clear()
+        for timer in timers:
+            timer.cancel()
+            if timer is not threading.current_thread():
+                timer.join(10)  # a flush under way ends before the counts are gone
+
+    def after_fork(self) -> None:
+        """In a forked child: drop the inherited counts (the parent writes them) and
+        the timers, which did not survive the fork."""
+        self._lock = threading.Lock()
+        self._timers = {}
+        self._held = Counter()
+        self._buffers = {}
+        self._since = {}
+        self._asked = {}
+
+
+#: The process's counts: every outcome, pickup and deduplicated enqueue it stores.
+process_stats = ProcessStats(flush_timer=True)
+atexit.register(process_stats.flush_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=process_stats.after_fork)
+
+
+def count_outcome(job: Any, outcome: str, *, run_ms: int | None = None, timed: bool = True) -> None:
+    """Count one stored outcome of a claimed ``job`` in :data:`process_stats`.
+
+    Parameters
+    ----------
+    job
+        The :class:`~django_jobqueue.models.Job` read from its database (its
+        ``queue``, ``job_type`` and ``started_at`` are used).
+    outcome
+        ``done``, ``retried`` or ``failed`` (:data:`OUTCOMES`).
+    run_ms
+        The attempt's run time in ms as the worker measured it; None: from the
+        claim's ``started_at`` (database clock) to now by this host's clock, so a
+        remote worker's includes its report's trip, and a skew of the two clocks
+        shifts it (clamped at 0).
+    timed
+        False when the run time is unknown (a reaped lease): counted, not timed.
+
+    Implements: docs/metrics.md.
+    """
+    duration_ms: int | None = None
+    if timed and run_ms is not None:
+        duration_ms = max(0, int(run_ms))
+    elif timed:
+        started = job.started_at
+        elapsed_s = 0.0 if started is None else (datetime.now(UTC) - started).total_seconds()
+        duration_ms = max(0, int(elapsed_s * 1000))
+    process_stats.record_outcome(
+        job._state.db or "default", job.queue, job.job_type, outcome, duration_ms=duration_ms
+    )
+
+
+def count_pickups(using: str, jobs: Sequence[Any]) -> None:
+    """Count each claimed job's wait from ``run_at`` to ``started_at`` (both by the
+    database clock, as the claim read them back) in :data:`process_stats`."""
+    for job in jobs:
+        if job.started_at is not None and job.run_at is not None:
+            wait_ms = (job.started_at - job.run_at).total_seconds() * 1000
+            process_stats.record_pickup(using, job.queue, job.job_type, int(wait_ms))
+
+
+def count_deduplicated(specs: Sequence[Any], answers: Sequence[Any]) -> None:
+    """Count each enqueue of ``specs`` that its answer turned away, in :data:`process_stats`.
+
+    Parameters
+    ----------
+    specs
+        The jobs asked for, each with ``using``, ``queue`` and ``job_type`` (a
+        :class:`~django_jobqueue.store.managers.JobSpec`).
+    answers
+        One per spec, in order: an ``EnqueueResult`` (counted when its status is
+        ``deduplicated``) or the bool of ``Queue.add`` (counted when False).
+
+    A held id that *raises* ``DuplicateJob`` (``enqueue_job(job_id=...)``) is an
+    error, not an answer, and is not counted.
+
+    Implements: docs/design.md#execution.
+    """
+    turned_away: Counter[tuple[str, str, str]] = Counter()
+    for spec, answer in zip(specs, answers, strict=True):
+        if answer is False or getattr(answer, "deduplicated", False) is True:
+            turned_away[(spec.using, spec.queue, spec.job_type)] += 1
+    for (using, queue, job_type), number in sorted(turned_away.items()):
+        process_stats.record(using, queue, job_type, number)
