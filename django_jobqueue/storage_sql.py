@@ -401,7 +401,7 @@ def _complete_rows_pg(using: str, items: Sequence[tuple[Job, Any, timedelta | No
     holds = [dedupe or None for _j, _r, dedupe in items]
     sql = (
         f"UPDATE {table} AS j SET status = %s, result = NULLIF(u.result, 'null'::jsonb), "
-        f"finished_at = {now}, updated_at = {now}, message = '', lease_owner = '', "
+        f"finished_at = {now}, updated_at = {now}, message = '', "
         "lease_token = '', lease_expires_at = NULL, "
         f"id_held_until = CASE WHEN u.hold IS NULL THEN j.id_held_until ELSE {now} + u.hold END, "
         "job_id_hash = CASE WHEN u.hold IS NULL THEN NULL ELSE j.job_id_hash END, "

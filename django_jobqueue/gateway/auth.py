@@ -24,7 +24,7 @@ from ..store import apitokens
 from .body import declared_length
 from .errors import GatewayError, unauthorized
 
-__all__ = ["BearerToken", "require", "token_of"]
+__all__ = ["BearerToken", "origin_of", "require", "token_of"]
 
 
 class BearerToken(HttpBearer):
@@ -96,3 +96,8 @@ def require(request: HttpRequest, scope: str, queues: Iterable[str] = ()) -> Api
                 "forbidden", f"This token is not allowed queue {queue!r}.", field="queue"
             )
     return token
+
+
+def origin_of(token: ApiToken) -> str:
+    """Return who acts, for ``Job.origin`` and the audit log: ``gateway:<token name>``."""
+    return f"gateway:{token.name}"
