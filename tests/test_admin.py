@@ -57,7 +57,7 @@ def test_changelist__columns_and_no_full_count(admin_client: Client) -> None:
     html = response.content.decode()
     for job in jobs:
         assert job.jid in html
-    for header in ("Jid", "Job type", "Queue", "Status", "Attempt", "Run at"):
+    for header in ("Jid", "Job type", "Queue", "State", "Attempt", "Run at"):
         assert f">{header}<" in html
     assert ">Updated at<" not in html  # on the job's page only
     counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]

@@ -2,7 +2,8 @@
 
 Adding a token makes its secret (:func:`django_jobqueue.store.apitokens.issue_token`) and
 shows it once, in the success message; only its hash is stored. Tokens are revoked,
-not edited: queues and scopes are chosen when one is made.
+not edited: queues and scopes are chosen when one is made. Making and revoking are
+written to the audit log (docs/console.md "Audit log").
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from django.utils.translation import gettext_lazy as _
 
 from ..core.exceptions import InvalidOption
 from ..models import API_SCOPES, ApiToken
+from ..overview import jobs_database
 from ..store import apitokens
+from ..store.audit import Actor, run_audited
 
 __all__ = ["ApiTokenAdmin"]
 
@@ -84,12 +87,20 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return False
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
-        """Make the token and show its text once."""
-        row, text = apitokens.issue_token(
-            form.cleaned_data["name"],
-            queues=form.cleaned_data["queues"],
-            scopes=form.cleaned_data["scopes"],
-            expires_at=form.cleaned_data.get("expires_at"),
+        """Make the token (audited) and show its text once."""
+        name = form.cleaned_data["name"]
+        row, text = run_audited(
+            jobs_database(),
+            lambda: apitokens.issue_token(
+                name,
+                queues=form.cleaned_data["queues"],
+                scopes=form.cleaned_data["scopes"],
+                expires_at=form.cleaned_data.get("expires_at"),
+            ),
+            Actor("admin", request.user.get_username()),
+            "token_create",
+            target=f"token {name}",
+            counts=lambda made: {"created": 1},
         )
         obj.pk = row.pk
         obj.__dict__.update({k: v for k, v in row.__dict__.items() if k != "_state"})
@@ -104,6 +115,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Revoke the selected tokens"), permissions=["delete"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        """Revoke the selected live tokens."""
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        """Revoke the selected live tokens (audited)."""
+        names = sorted(queryset.values_list("name", flat=True)[:20])
+        count = run_audited(
+            jobs_database(),
+            lambda: queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now()),
+            Actor("admin", request.user.get_username()),
+            "token_revoke",
+            target="tokens " + ", ".join(names),
+            counts=lambda count: {"revoked": count},
+        )
         self.message_user(request, _("Revoked %(count)d token(s).") % {"count": count})

@@ -17,7 +17,6 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Router, Status
 
-from .. import maintenance
 from ..bulk import create_many
 from ..core.conf import get_config
 from ..core.exceptions import InvalidOption, InvalidRequest, JobQueueError, ProRequired
@@ -25,9 +24,10 @@ from ..core.origin import enqueued_by
 from ..core.validation import check_delay, check_json, check_queue, check_text
 from ..enqueue import JobSpec, build_job, create_job, jobs_database
 from ..models import Job, JobStatus
+from ..operations import act_in_batches
 from ..store import states
 from ..store.registry import get_job_description
-from .auth import origin_of, require
+from .auth import actor_of, origin_of, require, token_of
 from .errors import GatewayError, from_jobqueue_error
 from .schemas import (
     ERRORS,
@@ -283,10 +283,15 @@ def get_job(request: HttpRequest, jid: str) -> Any:
 def cancel_job(request: HttpRequest, jid: str) -> Any:
     """``cancelled``: it was waiting and is now cancelled; ``cancel_requested``: it runs."""
     job = find_job(request, jid, "produce")
-    counts = maintenance.cancel_jobs(Job.objects.using(job._state.db).filter(pk=job.pk))
+    counts = act_in_batches(
+        Job.objects.using(job._state.db).filter(pk=job.pk),
+        "cancel",
+        actor_of(token_of(request)),
+        target=f"job {job.jid}",
+    )
     return {
-        "cancelled": counts.cancelled > 0,
-        "cancel_requested": counts.requested > 0
+        "cancelled": counts.get("cancelled", 0) > 0,
+        "cancel_requested": counts.get("requested", 0) > 0
         or (job.status == JobStatus.PROCESSING and job.cancel_requested),
     }
 
@@ -300,5 +305,10 @@ def cancel_job(request: HttpRequest, jid: str) -> Any:
 def retry_job(request: HttpRequest, jid: str) -> Any:
     """A dead letter starts again from attempt one; a scheduled job becomes due now."""
     job = find_job(request, jid, "admin")
-    counts = maintenance.retry_jobs(Job.objects.using(job._state.db).filter(pk=job.pk))
-    return {"retried": counts.total > 0}
+    counts = act_in_batches(
+        Job.objects.using(job._state.db).filter(pk=job.pk),
+        "retry",
+        actor_of(token_of(request)),
+        target=f"job {job.jid}",
+    )
+    return {"retried": sum(counts.values()) > 0}

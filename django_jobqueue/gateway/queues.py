@@ -22,7 +22,8 @@ from ..ids import JobView, Queue
 from ..models import ApiToken, Job
 from ..overview import jobs_database
 from ..store import pauses
-from .auth import origin_of, require
+from ..store.audit import run_audited
+from .auth import actor_of, origin_of, require
 from .errors import GatewayError, bad_parameter, from_jobqueue_error
 from .schemas import (
     ERRORS,
@@ -239,8 +240,16 @@ class PauseOut(Schema):
 )
 def queue_pause(request: HttpRequest, queue: str) -> Any:
     """Workers stop claiming the queue's jobs within a second; enqueueing still works."""
-    _checked(request, "admin", queue)
-    changed = pauses.pause_queue(jobs_database(), queue, by="gateway")
+    token = _checked(request, "admin", queue)
+    using = jobs_database()
+    changed = run_audited(
+        using,
+        lambda: pauses.pause_queue(using, queue, by=origin_of(token)),
+        actor_of(token),
+        "pause",
+        target=f"queue {queue}",
+        counts=lambda changed: {"changed": int(changed)},
+    )
     return {"paused": True, "changed": changed}
 
 
@@ -252,5 +261,14 @@ def queue_pause(request: HttpRequest, queue: str) -> Any:
 )
 def queue_resume(request: HttpRequest, queue: str) -> Any:
     """Workers claim the queue's jobs again."""
-    _checked(request, "admin", queue)
-    return {"paused": False, "changed": pauses.resume_queue(jobs_database(), queue)}
+    token = _checked(request, "admin", queue)
+    using = jobs_database()
+    changed = run_audited(
+        using,
+        lambda: pauses.resume_queue(using, queue),
+        actor_of(token),
+        "resume",
+        target=f"queue {queue}",
+        counts=lambda changed: {"changed": int(changed)},
+    )
+    return {"paused": False, "changed": changed}
