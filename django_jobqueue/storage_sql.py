@@ -345,11 +345,11 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
         f"finished_at = {now}",
         f"updated_at = {now}",
         "message = %s",
-        "lease_owner = %s",
         "lease_token = %s",
         "lease_expires_at = NULL",
     ]
-    params += [*now_params, *now_params, "", "", ""]
+    # lease_owner stays: a finished job says which worker ran it (storage._LEASE_ENDED).
+    params += [*now_params, *now_params, "", ""]
     held = [(job, dedupe) for job, _r, dedupe in items if dedupe]
     if held:
         whens = " ".join(f"WHEN %s THEN {plus.format(now=now)}" for _ in held)
