@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 
 from django_jobqueue import maintenance
 from django_jobqueue.core.conf import get_config
@@ -40,6 +41,7 @@ from django_jobqueue.operations import act_in_batches
 from django_jobqueue.store.audit import cli_actor, prune_audit, record
 from django_jobqueue.store.licence import current_licence, describe_licence
 from django_jobqueue.store.pauses import paused_queues
+from django_jobqueue.store.states import state_label
 from django_jobqueue.store.workerstats import live_workers
 
 logger = logging.getLogger(__name__)
@@ -375,17 +377,21 @@ def _retry_arguments(parser: CommandParser) -> None:
 
 
 def _check_jids(using: str, jids: list[str]) -> None:
-    found = dict(Job.objects.using(using).filter(jid__in=jids).values_list("jid", "status"))
+    rows = {job.jid: job for job in Job.objects.using(using).filter(jid__in=jids)}
+    found = {jid: job.status for jid, job in rows.items()}
     missing = [jid for jid in jids if jid not in found]
     if missing:
         raise CommandError(
             f"No job has jid {', '.join(missing)}; copy the jid from the admin or the logs."
         )
-    alive = [f"{jid} is {found[jid]}" for jid in jids if found[jid] not in DEAD_STATUSES]
+    now = timezone.now()
+    alive = [
+        f"{jid} is {state_label(rows[jid], now)}" for jid in jids if found[jid] not in DEAD_STATUSES
+    ]
     if alive:
         raise CommandError(
-            f"Only dead letters (error, max_retry) can be retried, but {', '.join(alive)}; "
-            "leave those out."
+            "Only failed jobs (dead letters: error, max_retry) can be retried, but "
+            f"{', '.join(alive)}; leave those out."
         )
 
 
