@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Model
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -63,11 +64,17 @@ def when(value: datetime | None, *, stacked: bool = False) -> SafeString:
     )
 
 
-def time_display(field: str, *, stacked: bool = False) -> Callable[[Any, Job], SafeString]:
-    """Return an admin display method that renders ``Job.<field>`` with :func:`when`."""
+def time_display(
+    field: str, *, stacked: bool = False, model: type[Model] = Job
+) -> Callable[[Any, Any], SafeString]:
+    """Return an admin display method that renders ``<model>.<field>`` with :func:`when`.
 
-    @admin.display(description=Job._meta.get_field(field).verbose_name)  # type: ignore[union-attr]
-    def show(model_admin: Any, obj: Job) -> SafeString:
+    ``model`` is :class:`Job` unless given (schedules and tokens show their times the
+    same way).
+    """
+
+    @admin.display(description=model._meta.get_field(field).verbose_name)  # type: ignore[union-attr]
+    def show(model_admin: Any, obj: Any) -> SafeString:
         return when(getattr(obj, field), stacked=stacked)
 
     show.__name__ = f"{field}_display"

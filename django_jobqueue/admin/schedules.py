@@ -15,7 +15,7 @@ from ..core.exceptions import UnknownJobType
 from ..models import ScheduleJob
 from ..store.audit import Actor, run_audited
 from ..store.registry import get_job_description
-from .display import hidden, pretty
+from .display import hidden, pretty, time_display
 
 __all__ = ["ScheduleJobAdmin"]
 
@@ -56,7 +56,7 @@ class ScheduleJobAdmin(admin.ModelAdmin):
         "cron",
         "timezone",
         "enabled",
-        "schedule_at",
+        "schedule_at_list",
         "execute_id",
     )
     list_filter = ("enabled", "source")
@@ -75,15 +75,21 @@ class ScheduleJobAdmin(admin.ModelAdmin):
         "timezone",
         "enabled",
         "catch_up",
-        "schedule_at",
-        "last_run_at",
+        "schedule_at_display",
+        "last_run_at_display",
         "execute_id",
         "log_display",
         "source",
-        "created_at",
-        "updated_at",
+        "created_at_display",
+        "updated_at_display",
     )
     readonly_fields = fields
+
+    schedule_at_list = time_display("schedule_at", stacked=True, model=ScheduleJob)
+    schedule_at_display = time_display("schedule_at", model=ScheduleJob)
+    last_run_at_display = time_display("last_run_at", model=ScheduleJob)
+    created_at_display = time_display("created_at", model=ScheduleJob)
+    updated_at_display = time_display("updated_at", model=ScheduleJob)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         """Schedules come from code and settings."""

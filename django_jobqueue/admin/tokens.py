@@ -22,6 +22,7 @@ from ..models import API_SCOPES, ApiToken
 from ..overview import jobs_database
 from ..store import apitokens
 from ..store.audit import Actor, run_audited
+from .display import time_display
 
 __all__ = ["ApiTokenAdmin"]
 
@@ -66,21 +67,46 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "prefix",
         "queues",
         "scopes",
-        "expires_at",
-        "revoked_at",
-        "last_used_at",
+        "expires_at_list",
+        "revoked_at_list",
+        "last_used_at_list",
     )
     list_filter = ("revoked_at",)
     search_fields = ("name", "prefix")
     ordering = ("-created_at",)
     actions = ("revoke",)
-    readonly_fields = ("prefix", "queues", "scopes", "revoked_at", "last_used_at", "created_at")
+    readonly_fields = (
+        "prefix",
+        "queues",
+        "scopes",
+        "expires_at_display",
+        "revoked_at_display",
+        "last_used_at_display",
+        "created_at_display",
+    )
+
+    expires_at_list = time_display("expires_at", stacked=True, model=ApiToken)
+    revoked_at_list = time_display("revoked_at", stacked=True, model=ApiToken)
+    last_used_at_list = time_display("last_used_at", stacked=True, model=ApiToken)
+    expires_at_display = time_display("expires_at", model=ApiToken)
+    revoked_at_display = time_display("revoked_at", model=ApiToken)
+    last_used_at_display = time_display("last_used_at", model=ApiToken)
+    created_at_display = time_display("created_at", model=ApiToken)
 
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> Any:
         """A new token: its form; an existing one: read-only fields."""
         if obj is None:
             return ("name", "queues_text", "scope_choices", "expires_at")
-        return ("name", "prefix", "queues", "scopes", "expires_at", "revoked_at", "last_used_at")
+        return (
+            "name",
+            "prefix",
+            "queues",
+            "scopes",
+            "expires_at_display",
+            "revoked_at_display",
+            "last_used_at_display",
+            "created_at_display",
+        )
 
     def has_change_permission(self, request: HttpRequest, obj: ApiToken | None = None) -> bool:
         """Tokens are not edited: make a new one and revoke the old."""
