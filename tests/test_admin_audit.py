@@ -80,3 +80,12 @@ def test_schedules_and_tokens__times_in_the_one_format(admin_client: Client) -> 
         reverse("admin:django_jobqueue_apitoken_change", args=[token.pk])
     ).content.decode()
     assert re.search(STAMP + r", \d+ s ago</time>", html)  # created
+
+
+def test_changelist__state_filter_in_state_words(admin_client: Client) -> None:
+    dead = make_job(status=JobStatus.MAX_RETRY)
+    make_job(status=JobStatus.DONE)
+    html = admin_client.get(reverse(CHANGELIST)).content.decode()
+    assert "failed (max_retry)" in html and "waiting (retry)" in html  # the filter's choices
+    response = admin_client.get(reverse(CHANGELIST), {"status": "max_retry"})
+    assert [job.jid for job in response.context["cl"].result_list] == [dead.jid]

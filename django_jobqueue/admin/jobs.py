@@ -35,7 +35,13 @@ from ..models import Job, JobStatus
 from ..operations import act_in_batches
 from ..store.audit import Actor
 from ..store.states import state_label
-from .changelist import EstimatedCountPaginator, JobTypeFilter, QueueFilter, UniqueKeyHeldFilter
+from .changelist import (
+    EstimatedCountPaginator,
+    JobTypeFilter,
+    QueueFilter,
+    StatusFilter,
+    UniqueKeyHeldFilter,
+)
 from .display import error_time, hidden, pretty, time_display
 
 __all__ = ["JobAdmin"]
@@ -201,7 +207,7 @@ class JobAdmin(admin.ModelAdmin):
         "attempt",
         "run_at_list",
     )
-    list_filter = ("status", QueueFilter, JobTypeFilter, UniqueKeyHeldFilter)
+    list_filter = (StatusFilter, QueueFilter, JobTypeFilter, UniqueKeyHeldFilter)
     search_fields = ("jid", "job_id")
     search_help_text = _("An exact jid or job id.")
     #: Newest first, by the primary key's index; no column sorts (each would sort the
