@@ -22,6 +22,7 @@ from django.utils import timezone
 from .core.conf import get_config
 from .core.durations import Duration
 from .core.exceptions import InvalidOption, InvalidRequest, JobQueueError, UnknownJobType
+from .core.origin import current_origin
 from .core.validation import (
     check_batch,
     check_delay,
@@ -127,6 +128,7 @@ def build_job(
         unique_ttl_ms=ttl_ms,
     )
     object.__setattr__(spec, "payload_json", payload_json)  # see JobSpec.payload_json
+    object.__setattr__(spec, "origin", current_origin())  # see JobSpec.origin
     return spec
 
 

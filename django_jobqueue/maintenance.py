@@ -9,9 +9,10 @@ Policy
 ------
 - **Retry** (docs/design.md#ids): a dead
   letter (``error``, ``max_retry``) goes back to ``init``, due now, ``attempt`` 0 (its
-  next run is attempt 1), ``finished_at`` cleared; its ``errors`` list stays as
-  history. An id it still holds is held again until it finishes. A waiting job
-  (``init``, ``retry``) becomes due now.
+  next run is attempt 1), ``started_at`` and ``finished_at`` cleared; its ``errors``
+  list stays as history (the audit log records the retry itself). An id it still
+  holds is held again until it finishes. A waiting job (``init``, ``retry``)
+  becomes due now.
 - **Cancel**: a waiting job becomes ``cancelled`` at once and frees its id
   (docs/design.md#ids) and its unique key (:func:`~django_jobqueue.store.unique.cancel_release`),
   so an identical enqueue is accepted again; a running job gets ``cancel_requested``
@@ -56,6 +57,7 @@ __all__ = [
     "QueueStatus",
     "RetryCount",
     "cancel_jobs",
+    "check_batch_size",
     "dead_jobs",
     "delete_jobs",
     "disable_schedules",
@@ -176,7 +178,7 @@ def retry_jobs(jobs: QuerySet[Job]) -> RetryCount:
     dead = locks.retry_when_locked(
         using,
         lambda: jobs.filter(status__in=DEAD_STATUSES).update(
-            **storage.restart_fields(run_at=Now(), message="")
+            **storage.restart_fields(run_at=Now(), message="", started_at=None)
         ),
     )
     # The dead letters just made waiting are already due now: skip them here.
@@ -287,7 +289,8 @@ def _delete_in_batches(jobs: QuerySet[Job], batch_size: int) -> int:
             return deleted
 
 
-def _check_batch_size(batch_size: int) -> None:
+def check_batch_size(batch_size: int) -> None:
+    """Raise ValueError unless ``batch_size`` is an integer >= 1."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1: got {batch_size!r}.")
 
@@ -313,7 +316,7 @@ def delete_jobs(jobs: QuerySet[Job], *, batch_size: int = DEFAULT_BATCH_SIZE) ->
     ValueError
         If ``batch_size`` is not an integer >= 1.
     """
-    _check_batch_size(batch_size)
+    check_batch_size(batch_size)
     running = jobs.filter(status=JobStatus.PROCESSING).count()
     deleted = _delete_in_batches(jobs.exclude(status=JobStatus.PROCESSING), batch_size)
     logger.info("jobs deleted deleted=%s running_kept=%s", deleted, running)
@@ -395,7 +398,7 @@ def prune(
 
     Implements: docs/design.md#execution, docs/design.md#ids.
     """
-    _check_batch_size(batch_size)
+    check_batch_size(batch_size)
     config = get_config()
     retention = config.RETENTION if retention is None else retention
     include_dead = config.CLEAN_ERROR if dead is None else dead

@@ -44,6 +44,7 @@ from .store.managers import CreateRefusingQuerySet, JobManager, ScheduleJobManag
 
 __all__ = [
     "API_SCOPES",
+    "AuditEntry",
     "DEAD_STATUSES",
     "FINISHED_STATUSES",
     "WAITING_STATUSES",
@@ -180,6 +181,11 @@ class Job(models.Model):
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
+    #: Who enqueued it (django_jobqueue.core.origin): ``code:<module>.<function>``,
+    #: ``gateway:<token>``, ``schedule:<plan>``; "" for jobs made before it was stored.
+    origin = models.CharField(
+        _("enqueued by"), max_length=200, blank=True, default="", db_default=""
+    )
 
     objects = JobManager.from_queryset(JobQuerySet)()
 
@@ -464,3 +470,39 @@ class QueuePause(models.Model):
 
     def __str__(self) -> str:
         return self.queue
+
+
+class AuditEntry(models.Model):
+    """One operator action: who, when, what, on how many, from where (docs/console.md
+    "Audit log").
+
+    Written by :func:`django_jobqueue.store.audit.record` in the transaction of the
+    action it records, from the console, the admin, ``manage.py jobqueue`` and the
+    gateway. ``jids`` lists the jobs acted on (comma-separated, at most
+    ``audit.MAX_JIDS`` of them) so a job's page finds its own actions; rows older
+    than ``JOBQUEUE["AUDIT_KEEP"]`` are pruned by ``jobqueue prune``.
+    """
+
+    at = models.DateTimeField(_("at"), db_default=Now())
+    #: ``console``, ``admin``, ``cli`` or ``gateway``.
+    source = models.CharField(_("from"), max_length=16)
+    #: A user name, the operating-system user of the CLI, or a gateway token's name.
+    actor = models.CharField(_("who"), max_length=200, blank=True, default="")
+    #: A verb: retry, cancel, delete, pause, resume, prune, release, enable, disable,
+    #: run, token_create, token_revoke.
+    action = models.CharField(_("action"), max_length=32)
+    #: What was acted on, in words: "job <jid>", "queue emails", "12 jobs".
+    target = models.CharField(_("what"), max_length=300, blank=True, default="")
+    #: How many rows it changed.
+    count = models.PositiveIntegerField(_("how many"), default=0)
+    #: The counts behind ``count`` (e.g. {"failed": 2, "waiting": 1}).
+    detail = models.JSONField(_("detail"), default=dict, blank=True)
+    jids = models.TextField(_("jobs"), blank=True, default="")
+
+    class Meta:
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit log")
+        indexes = [models.Index(fields=["at"], name="jq_audit_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.actor} {self.action} {self.target}"

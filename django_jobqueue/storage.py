@@ -69,6 +69,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_token": "", "lease_expires_at": None}
+#: A lease that ends with its attempt: ``lease_owner`` stays, so a finished job still
+#: says which worker ran it last (the console's "run by"); the token and expiry go.
+_LEASE_ENDED: dict[str, Any] = {"lease_token": "", "lease_expires_at": None}
 
 
 def _id_hold_options(job: Job) -> tuple[timedelta | None, timedelta]:
@@ -325,7 +328,7 @@ def complete(job: Job, result: Any = None, *, run_ms: int | None = None) -> bool
         "finished_at": Now(),
         "updated_at": Now(),
         "message": "",
-        **_LEASE_CLEARED,
+        **_LEASE_ENDED,
     }
     if dedupe:
         fields["id_held_until"] = Now() + dedupe
@@ -396,7 +399,7 @@ def fail(
         "errors": errors,
         "message": "<secure>" if job.secure else message[:10_000],
         "updated_at": Now(),
-        **_LEASE_CLEARED,
+        **_LEASE_ENDED,
     }
     if retryable and job.attempt <= job.max_retry:
         status = JobStatus.RETRY
@@ -427,7 +430,7 @@ def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> b
         "updated_at": Now(),
         "message": message,
         **unique.cancel_release(),  # a cancelled job frees its unique key and its id
-        **_LEASE_CLEARED,
+        **_LEASE_ENDED,
     }
     return _write_or_rerun(job, fields, "finish_cancelled", {"message": message}) is not None
 
@@ -606,7 +609,7 @@ def _reap_batch(using: str, limit: int) -> int:
             "errors": [*job.errors, entry],
             "message": message,
             "updated_at": Now(),
-            **_LEASE_CLEARED,
+            **_LEASE_ENDED,
         }
         retried = job.attempt <= job.max_retry
         if retried:

@@ -357,11 +357,11 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
         f"finished_at = {now}",
         f"updated_at = {now}",
         "message = %s",
-        "lease_owner = %s",
         "lease_token = %s",
         "lease_expires_at = NULL",
     ]
-    params += [*now_params, *now_params, "", "", ""]
+    # lease_owner stays: a finished job says which worker ran it (storage._LEASE_ENDED).
+    params += [*now_params, *now_params, "", ""]
     held = [(job, dedupe) for job, _r, dedupe in items if dedupe]
     if held:
         whens = " ".join(f"WHEN %s THEN {plus.format(now=now)}" for _ in held)
@@ -413,7 +413,7 @@ def _complete_rows_pg(using: str, items: Sequence[tuple[Job, Any, timedelta | No
     holds = [dedupe or None for _j, _r, dedupe in items]
     sql = (
         f"UPDATE {table} AS j SET status = %s, result = NULLIF(u.result, 'null'::jsonb), "
-        f"finished_at = {now}, updated_at = {now}, message = '', lease_owner = '', "
+        f"finished_at = {now}, updated_at = {now}, message = '', "
         "lease_token = '', lease_expires_at = NULL, "
         f"id_held_until = CASE WHEN u.hold IS NULL THEN j.id_held_until ELSE {now} + u.hold END, "
         "job_id_hash = CASE WHEN u.hold IS NULL THEN NULL ELSE j.job_id_hash END, "

@@ -284,8 +284,8 @@ def test_retry__jid_of_a_job_that_is_not_dead() -> None:
         jobqueue("retry", "--jid", job.jid)
 
     assert str(info.value) == (
-        f"Only dead letters (error, max_retry) can be retried, but {job.jid} is processing; "
-        "leave those out."
+        "Only failed jobs (dead letters: error, max_retry) can be retried, but "
+        f"{job.jid} is running (processing); leave those out."
     )
 
 

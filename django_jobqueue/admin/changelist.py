@@ -24,13 +24,15 @@ from django.utils.translation import gettext_lazy as _
 
 from ..core.conf import get_config
 from ..core.dbclock import Now
-from ..models import Job
+from ..models import Job, JobStatus
 from ..store.registry import registered_job_types
+from ..store.states import STATE_OF_STATUS, status_label
 
 __all__ = [
     "EstimatedCountPaginator",
     "JobTypeFilter",
     "QueueFilter",
+    "StatusFilter",
     "UniqueKeyHeldFilter",
     "planner_rows",
 ]
@@ -144,6 +146,26 @@ class JobTypeFilter(_ValueFilter):
     def known_values(self) -> Iterable[str]:
         """The registered and declared job types."""
         return _known_job_types().keys()
+
+
+class StatusFilter(admin.SimpleListFilter):
+    """Jobs of one stored status, labelled with its state word (docs/design.md#states):
+    ``failed (max_retry)``; ``?status=<stored value>`` as before."""
+
+    title = _("state")
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[Any]:
+        """Each stored status, labelled with its state word."""
+        return [
+            (status, status_label(STATE_OF_STATUS[status], status)) for status in JobStatus.values
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep the jobs of the chosen status."""
+        if self.value() in JobStatus.values:
+            return queryset.filter(status=self.value())
+        return queryset
 
 
 class UniqueKeyHeldFilter(admin.SimpleListFilter):

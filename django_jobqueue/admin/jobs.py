@@ -1,9 +1,11 @@
 """The Django admin of jobs: the changelist, a job's page and its buttons.
 
 Jobs are read-only: the admin shows them and acts on them (retry now, cancel,
-delete) through :mod:`django_jobqueue.maintenance`, the functions that
-``manage.py jobqueue`` uses too: as changelist actions, and as buttons on a job's
-page (retry now, cancel) that ask for confirmation and leave an admin log entry.
+delete) through :mod:`django_jobqueue.operations`: the
+:mod:`~django_jobqueue.maintenance` functions that ``manage.py jobqueue`` uses too,
+each batch written to the audit log. As changelist actions, and as buttons on a
+job's page (retry now, cancel) that ask for confirmation and leave an admin log
+entry.
 A job's page shows only the sections that apply to it (no id section without an
 id, no unique key section without a key).
 """
@@ -28,10 +30,18 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .. import maintenance
 from ..enqueue import jobs_database
 from ..models import Job, JobStatus
-from .changelist import EstimatedCountPaginator, JobTypeFilter, QueueFilter, UniqueKeyHeldFilter
+from ..operations import act_in_batches
+from ..store.audit import Actor
+from ..store.states import state_label
+from .changelist import (
+    EstimatedCountPaginator,
+    JobTypeFilter,
+    QueueFilter,
+    StatusFilter,
+    UniqueKeyHeldFilter,
+)
 from .display import error_time, hidden, pretty, time_display
 
 __all__ = ["JobAdmin"]
@@ -50,7 +60,7 @@ JOB_FIELDSETS: Any = (
                 "jid",
                 "queue",
                 "job_type",
-                "status",
+                "state_display",
                 "priority",
                 ("attempt", "max_retry"),
                 "timeout_ms",
@@ -162,6 +172,15 @@ _JOB_ACTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+#: The audit log's target of a changelist action.
+_SELECTED = "jobs selected in the admin"
+
+
+def admin_actor(request: HttpRequest) -> Actor:
+    """Return who acts in the admin: ``admin`` and the user name."""
+    return Actor("admin", request.user.get_username())
+
+
 def _dotted(obj: Job) -> list[str]:
     """Split the job type after each dot, the dots kept: ``["newsletter.", "welcome"]``."""
     parts = obj.job_type.split(".")
@@ -184,11 +203,11 @@ class JobAdmin(admin.ModelAdmin):
         "short_jid",
         "job_type_list",
         "queue",
-        "status",
+        "state_list",
         "attempt",
         "run_at_list",
     )
-    list_filter = ("status", QueueFilter, JobTypeFilter, UniqueKeyHeldFilter)
+    list_filter = (StatusFilter, QueueFilter, JobTypeFilter, UniqueKeyHeldFilter)
     search_fields = ("jid", "job_id")
     search_help_text = _("An exact jid or job id.")
     #: Newest first, by the primary key's index; no column sorts (each would sort the
@@ -426,19 +445,18 @@ class JobAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "django_jobqueue/admin/job_confirm_action.html", context)
 
     def _run_job_action(self, request: HttpRequest, obj: Job, action: str) -> None:
-        """Run ``action`` on ``obj`` through maintenance, tell the user, log it."""
+        """Run ``action`` on ``obj`` (audited), tell the user, log it."""
         jobs = self.get_queryset(request).filter(pk=obj.pk)
+        counts = act_in_batches(jobs, action, admin_actor(request), target=f"job {obj.jid}")
         if action == "retry":
-            retried = maintenance.retry_jobs(jobs)
-            changed = retried.total
-            text = _("Retried now: runs again from attempt 1.") if retried.dead else None
+            changed = counts.get("dead", 0) + counts.get("waiting", 0)
+            text = _("Retried now: runs again from attempt 1.") if counts.get("dead") else None
             text = text or _("Retried now: due now.")
         else:
-            cancelled = maintenance.cancel_jobs(jobs)
-            changed = cancelled.cancelled + cancelled.requested
+            changed = counts.get("cancelled", 0) + counts.get("requested", 0)
             text = (
                 _("Cancelled: it will not run.")
-                if cancelled.cancelled
+                if counts.get("cancelled")
                 else _("Cancel requested: its worker is asked to stop it.")
             )
         if not changed:
@@ -457,6 +475,13 @@ class JobAdmin(admin.ModelAdmin):
         )
 
     # Detail rendering ----------------------------------------------------------
+
+    @admin.display(description=_("state"))
+    def state_list(self, obj: Job) -> str:
+        """The state word, with the stored status where they differ (docs/design.md#states)."""
+        return state_label(obj, timezone.now())
+
+    state_display = state_list
 
     @admin.display(description=_("message"))
     def message_display(self, obj: Job) -> SafeString:
@@ -533,23 +558,24 @@ class JobAdmin(admin.ModelAdmin):
     )
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         """Run the selected dead letters again from attempt 1; make waiting ones due now."""
-        count = maintenance.retry_jobs(queryset)
+        counts = act_in_batches(queryset, "retry", admin_actor(request), target=_SELECTED)
         self.message_user(
             request,
             _("%(dead)d dead letter(s) will run again; %(waiting)d waiting job(s) are due now.")
-            % {"dead": count.dead, "waiting": count.waiting},
-            messages.SUCCESS if count.total else messages.WARNING,
+            % {"dead": counts.get("dead", 0), "waiting": counts.get("waiting", 0)},
+            messages.SUCCESS if sum(counts.values()) else messages.WARNING,
         )
 
     @admin.action(description=_("Cancel"), permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         """Cancel the selected waiting jobs; ask the workers of running ones to stop."""
-        count = maintenance.cancel_jobs(queryset)
+        counts = act_in_batches(queryset, "cancel", admin_actor(request), target=_SELECTED)
+        cancelled, requested = counts.get("cancelled", 0), counts.get("requested", 0)
         self.message_user(
             request,
             _("%(cancelled)d waiting job(s) cancelled; %(requested)d running job(s) asked to stop.")
-            % {"cancelled": count.cancelled, "requested": count.requested},
-            messages.SUCCESS if count.cancelled or count.requested else messages.WARNING,
+            % {"cancelled": cancelled, "requested": requested},
+            messages.SUCCESS if cancelled or requested else messages.WARNING,
         )
 
     @admin.action(description=_("Delete selected jobs"), permissions=["delete"])
@@ -571,15 +597,16 @@ class JobAdmin(admin.ModelAdmin):
             return TemplateResponse(
                 request, "django_jobqueue/admin/delete_confirmation.html", context
             )
-        count = maintenance.delete_jobs(queryset)
-        message = ngettext("%(count)d job deleted.", "%(count)d jobs deleted.", count.deleted) % {
-            "count": count.deleted
+        counts = act_in_batches(queryset, "delete", admin_actor(request), target=_SELECTED)
+        deleted, running = counts.get("deleted", 0), counts.get("running", 0)
+        message = ngettext("%(count)d job deleted.", "%(count)d jobs deleted.", deleted) % {
+            "count": deleted
         }
-        if count.running:
+        if running:
             message += " " + ngettext(
                 "%(count)d running job kept: cancel it first.",
                 "%(count)d running jobs kept: cancel them first.",
-                count.running,
-            ) % {"count": count.running}
+                running,
+            ) % {"count": running}
         self.message_user(request, message, messages.SUCCESS)
         return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -11,10 +13,30 @@ from django.utils.translation import gettext_lazy as _
 from .. import maintenance
 from ..core.exceptions import UnknownJobType
 from ..models import ScheduleJob
+from ..store.audit import Actor, run_audited
 from ..store.registry import get_job_description
-from .display import hidden, pretty
+from .display import hidden, pretty, time_display
 
 __all__ = ["ScheduleJobAdmin"]
+
+
+def _audited(
+    request: HttpRequest,
+    queryset: QuerySet[ScheduleJob],
+    action: str,
+    work: Callable[[QuerySet[ScheduleJob]], int],
+) -> int:
+    """Run ``work(queryset)`` with its audit row in one transaction; return its count."""
+    names = sorted(queryset.values_list("name", flat=True)[:20])
+    target = "schedules " + ", ".join(names) + (" and more" if len(names) == 20 else "")
+    return run_audited(
+        queryset.db,
+        lambda: work(queryset),
+        Actor("admin", request.user.get_username()),
+        action,
+        target=target,
+        counts=lambda count: {"changed": count},
+    )
 
 
 def _schedule_is_secure(obj: ScheduleJob) -> bool:
@@ -34,7 +56,7 @@ class ScheduleJobAdmin(admin.ModelAdmin):
         "cron",
         "timezone",
         "enabled",
-        "schedule_at",
+        "schedule_at_list",
         "execute_id",
     )
     list_filter = ("enabled", "source")
@@ -53,15 +75,21 @@ class ScheduleJobAdmin(admin.ModelAdmin):
         "timezone",
         "enabled",
         "catch_up",
-        "schedule_at",
-        "last_run_at",
+        "schedule_at_display",
+        "last_run_at_display",
         "execute_id",
         "log_display",
         "source",
-        "created_at",
-        "updated_at",
+        "created_at_display",
+        "updated_at_display",
     )
     readonly_fields = fields
+
+    schedule_at_list = time_display("schedule_at", stacked=True, model=ScheduleJob)
+    schedule_at_display = time_display("schedule_at", model=ScheduleJob)
+    last_run_at_display = time_display("last_run_at", model=ScheduleJob)
+    created_at_display = time_display("created_at", model=ScheduleJob)
+    updated_at_display = time_display("updated_at", model=ScheduleJob)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         """Schedules come from code and settings."""
@@ -86,17 +114,17 @@ class ScheduleJobAdmin(admin.ModelAdmin):
     @admin.action(description=_("Enable"), permissions=["change"])
     def enable(self, request: HttpRequest, queryset: QuerySet[ScheduleJob]) -> None:
         """Enable the selected schedules."""
-        count = maintenance.enable_schedules(queryset)
+        count = _audited(request, queryset, "enable", maintenance.enable_schedules)
         self.message_user(request, _("%(count)d schedule(s) enabled.") % {"count": count})
 
     @admin.action(description=_("Disable"), permissions=["change"])
     def disable(self, request: HttpRequest, queryset: QuerySet[ScheduleJob]) -> None:
         """Disable the selected schedules."""
-        count = maintenance.disable_schedules(queryset)
+        count = _audited(request, queryset, "disable", maintenance.disable_schedules)
         self.message_user(request, _("%(count)d schedule(s) disabled.") % {"count": count})
 
     @admin.action(description=_("Run now"), permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[ScheduleJob]) -> None:
         """Make the selected schedules due now; the scheduler makes their next job."""
-        count = maintenance.run_schedules_now(queryset)
+        count = _audited(request, queryset, "run", maintenance.run_schedules_now)
         self.message_user(request, _("%(count)d schedule(s) due now.") % {"count": count})

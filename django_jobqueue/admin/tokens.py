@@ -2,7 +2,8 @@
 
 Adding a token makes its secret (:func:`django_jobqueue.store.apitokens.issue_token`) and
 shows it once, in the success message; only its hash is stored. Tokens are revoked,
-not edited: queues and scopes are chosen when one is made.
+not edited: queues and scopes are chosen when one is made. Making and revoking are
+written to the audit log (docs/console.md "Audit log").
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from django.utils.translation import gettext_lazy as _
 
 from ..core.exceptions import InvalidOption
 from ..models import API_SCOPES, ApiToken
+from ..overview import jobs_database
 from ..store import apitokens
+from ..store.audit import Actor, run_audited
+from .display import time_display
 
 __all__ = ["ApiTokenAdmin"]
 
@@ -63,33 +67,66 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "prefix",
         "queues",
         "scopes",
-        "expires_at",
-        "revoked_at",
-        "last_used_at",
+        "expires_at_list",
+        "revoked_at_list",
+        "last_used_at_list",
     )
     list_filter = ("revoked_at",)
     search_fields = ("name", "prefix")
     ordering = ("-created_at",)
     actions = ("revoke",)
-    readonly_fields = ("prefix", "queues", "scopes", "revoked_at", "last_used_at", "created_at")
+    readonly_fields = (
+        "prefix",
+        "queues",
+        "scopes",
+        "expires_at_display",
+        "revoked_at_display",
+        "last_used_at_display",
+        "created_at_display",
+    )
+
+    expires_at_list = time_display("expires_at", stacked=True, model=ApiToken)
+    revoked_at_list = time_display("revoked_at", stacked=True, model=ApiToken)
+    last_used_at_list = time_display("last_used_at", stacked=True, model=ApiToken)
+    expires_at_display = time_display("expires_at", model=ApiToken)
+    revoked_at_display = time_display("revoked_at", model=ApiToken)
+    last_used_at_display = time_display("last_used_at", model=ApiToken)
+    created_at_display = time_display("created_at", model=ApiToken)
 
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> Any:
         """A new token: its form; an existing one: read-only fields."""
         if obj is None:
             return ("name", "queues_text", "scope_choices", "expires_at")
-        return ("name", "prefix", "queues", "scopes", "expires_at", "revoked_at", "last_used_at")
+        return (
+            "name",
+            "prefix",
+            "queues",
+            "scopes",
+            "expires_at_display",
+            "revoked_at_display",
+            "last_used_at_display",
+            "created_at_display",
+        )
 
     def has_change_permission(self, request: HttpRequest, obj: ApiToken | None = None) -> bool:
         """Tokens are not edited: make a new one and revoke the old."""
         return False
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
-        """Make the token and show its text once."""
-        row, text = apitokens.issue_token(
-            form.cleaned_data["name"],
-            queues=form.cleaned_data["queues"],
-            scopes=form.cleaned_data["scopes"],
-            expires_at=form.cleaned_data.get("expires_at"),
+        """Make the token (audited) and show its text once."""
+        name = form.cleaned_data["name"]
+        row, text = run_audited(
+            jobs_database(),
+            lambda: apitokens.issue_token(
+                name,
+                queues=form.cleaned_data["queues"],
+                scopes=form.cleaned_data["scopes"],
+                expires_at=form.cleaned_data.get("expires_at"),
+            ),
+            Actor("admin", request.user.get_username()),
+            "token_create",
+            target=f"token {name}",
+            counts=lambda made: {"created": 1},
         )
         obj.pk = row.pk
         obj.__dict__.update({k: v for k, v in row.__dict__.items() if k != "_state"})
@@ -104,6 +141,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Revoke the selected tokens"), permissions=["delete"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        """Revoke the selected live tokens."""
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        """Revoke the selected live tokens (audited)."""
+        names = sorted(queryset.values_list("name", flat=True)[:20])
+        count = run_audited(
+            jobs_database(),
+            lambda: queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now()),
+            Actor("admin", request.user.get_username()),
+            "token_revoke",
+            target="tokens " + ", ".join(names),
+            counts=lambda count: {"revoked": count},
+        )
         self.message_user(request, _("Revoked %(count)d token(s).") % {"count": count})

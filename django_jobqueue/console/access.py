@@ -11,12 +11,20 @@ from django.contrib.auth.views import redirect_to_login
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.urls import reverse
 
 from ..store.licence import is_pro
 
-__all__ = ["PERMISSIONS", "log_action", "pro_only", "staff_required"]
+__all__ = [
+    "LICENCE_DOCS_URL",
+    "PERMISSIONS",
+    "PRO_FEATURES",
+    "log_action",
+    "pro_only",
+    "staff_required",
+]
 
 #: The permission each console action needs (``django_jobqueue.<codename>``).
 PERMISSIONS = {
@@ -56,13 +64,43 @@ def staff_required(permission: str | None = None) -> Callable[[View], View]:
     return decorate
 
 
+#: The Pro feature each Pro view belongs to, as its page without a licence names it.
+PRO_FEATURES = {
+    "locks": "Unique locks",
+    "release_lock": "Unique locks",
+    "dedupe": "Dedupe audit",
+    "bulk": "Bulk operations",
+}
+#: Where the licence is explained: the README's "Core and Pro" (docs/licence.md in full).
+LICENCE_DOCS_URL = "https://pypi.org/project/django-jobqueue/#core-and-pro"
+
+
 def pro_only(view: View) -> View:
-    """Wrap a view so it answers 404 unless a valid Pro licence is installed."""
+    """Wrap a view so it answers 404 unless a valid Pro licence is installed.
+
+    The 404 is a page of the console's own (not Django's debug page) that names the
+    Pro feature (:data:`PRO_FEATURES`) and links to the licence docs
+    (docs/design.md#core-and-pro).
+    """
+    feature = PRO_FEATURES.get(view.__name__, "This page")
 
     @functools.wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not is_pro():
-            raise Http404("Not found.")
+            return render(
+                request,
+                "django_jobqueue/console/pro_required.html",
+                {
+                    "title": f"{feature} (Pro)",
+                    "site_header": "django-jobqueue",
+                    "has_permission": bool(getattr(request.user, "is_staff", False)),
+                    "is_pro": False,
+                    "can": {},
+                    "feature": feature,
+                    "licence_docs_url": LICENCE_DOCS_URL,
+                },
+                status=404,
+            )
         return view(request, *args, **kwargs)
 
     return wrapped

@@ -17,9 +17,10 @@ from django.views.decorators.http import require_POST
 
 from .. import maintenance
 from ..models import Job
+from ..store.audit import run_audited
 from . import queries
 from .access import log_action, pro_only, staff_required
-from .actions import JOB_ACTIONS, confirm_or_run, require_permission
+from .actions import JOB_ACTIONS, confirm_or_run, console_actor, require_permission
 from .charts import bar_chart
 from .views import context, using
 
@@ -39,7 +40,15 @@ def locks(request: HttpRequest) -> HttpResponse:
         .filter(unique_key_hash__isnull=False)
         .order_by("queue", "unique_key_hash")
         .only(
-            "jid", "queue", "job_type", "status", "unique_key", "unique_mode", "unique_expires_at"
+            "jid",
+            "queue",
+            "job_type",
+            "status",
+            "waiting",
+            "run_at",
+            "unique_key",
+            "unique_mode",
+            "unique_expires_at",
         )[:200]
     )
     return render(
@@ -54,7 +63,16 @@ def locks(request: HttpRequest) -> HttpResponse:
 @staff_required("release")
 def release_lock(request: HttpRequest, jid: str) -> HttpResponse:
     """Release the unique key held by job ``jid`` (the job itself is left as it is)."""
-    released = maintenance.release_unique_keys(Job.objects.using(using()).filter(jid=jid))
+    alias = using()
+    released = run_audited(
+        alias,
+        lambda: maintenance.release_unique_keys(Job.objects.using(alias).filter(jid=jid)),
+        console_actor(request),
+        "release",
+        target=f"unique key of job {jid}",
+        counts=lambda released: {"released": released},
+        jids=[jid],
+    )
     if not released:
         raise Http404("That job holds no unique key.")
     log_action(request, Job, f"console: released the unique key of {jid}")
@@ -106,4 +124,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
     hidden = [
         (k, v) for k, v in hidden if k not in ("after", "sort", "confirm", "csrfmiddlewaretoken")
     ]
-    return confirm_or_run(request, jobs, action, count=count, hidden=hidden)
+    described = ", ".join(f"{k}={v}" for k, v in sorted(data.items()) if v) or "every job"
+    return confirm_or_run(
+        request, jobs, action, count=count, hidden=hidden, target=f"jobs matching {described}"
+    )

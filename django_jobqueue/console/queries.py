@@ -9,21 +9,30 @@ are the only values that reach a query.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django import forms
 from django.db.models import Q, QuerySet, Sum
 
+from ..core.conf import get_config
 from ..core.dbclock import Now
-from ..models import DEAD_STATUSES, Job, JobStat, JobStatus
-from ..overview import QueueRow, overview
+from ..models import Job, JobStat, JobStatus
+from ..overview import QueueRow, jobs_database, overview
+from ..store import states
 from ..store.managers import hold_hash
+from ..store.pauses import paused_queues
+from ..store.registry import registered_job_types
 
 __all__ = [
     "PAGE_SIZE",
     "STATES",
+    "STATE_ALIASES",
     "JobFilter",
+    "known_job_types",
+    "known_queues",
+    "state_choices",
     "QueueRow",
     "chart_series",
     "dedupe_series",
@@ -32,19 +41,77 @@ __all__ = [
     "overview",
 ]
 
+logger = logging.getLogger(__name__)
+
 #: Jobs per page of the jobs list (and the most a Core selection action takes).
 PAGE_SIZE = 50
 
-#: The state filter's values and what each selects.
+#: The state filter's values and what each selects: the state words
+#: (docs/design.md#states), then each stored status on its own (``status:retry``).
 STATES: dict[str, Q] = {
-    "waiting": Q(waiting=True, status=JobStatus.INIT, run_at__lte=Now()),
-    "scheduled": Q(waiting=True, status=JobStatus.INIT, run_at__gt=Now()),
-    "retrying": Q(waiting=True, status=JobStatus.RETRY),
-    "running": Q(status=JobStatus.PROCESSING),
-    "dead": Q(status__in=DEAD_STATUSES),
-    "done": Q(status=JobStatus.DONE),
-    "cancelled": Q(status=JobStatus.CANCELLED),
+    **{word: states.state_filter(word) for word in states.STATES},
+    **{f"status:{status}": Q(status=status) for status in JobStatus.values},
 }
+#: Other names of a state the filter still takes (older links): the console's
+#: former ``dead`` and ``retrying``.
+STATE_ALIASES = {"dead": states.FAILED, "retrying": f"status:{JobStatus.RETRY}"}
+#: The latest jobs whose queues and job types the filters offer, besides the known ones.
+FILTER_SAMPLE_ROWS = 2_000
+
+
+def state_choices() -> list[Any]:
+    """The state filter's choices: the state words, then the stored statuses, grouped."""
+    words = []
+    for word in states.STATES:
+        stored = [s for s, w in states.STATE_OF_STATUS.items() if w == word]
+        if word == states.SCHEDULED:
+            stored = [JobStatus.INIT, JobStatus.RETRY]
+        label = states.status_label(word, ", ".join(stored)) if stored != [word] else word
+        words.append((word, label))
+    return [
+        ("", "any state"),
+        ("State", words),
+        ("Stored status", [(f"status:{status}", status) for status in JobStatus.values]),
+    ]
+
+
+def known_queues(using: str) -> list[str]:
+    """Return the queues worth offering: configured, of job types, paused, in the stats
+    of the last day, and of the latest jobs (bounded reads, no table scan)."""
+    config = get_config()
+    names = {config.DEFAULT_QUEUE, *config.QUEUES}
+    names.update(desc.queue for desc in _job_types().values() if desc.queue)
+    names.update(paused_queues(using))
+    names.update(_recent(using, "queue"))
+    return sorted(name for name in names if name)
+
+
+def known_job_types(using: str) -> list[str]:
+    """Return the job types worth offering: registered, declared, in the stats of the
+    last day, and of the latest jobs."""
+    names = set(_job_types())
+    names.update(_recent(using, "job_type"))
+    return sorted(name for name in names if name)
+
+
+def _job_types() -> dict[str, Any]:
+    try:
+        return registered_job_types()
+    except Exception:  # noqa: BLE001 (a broken declaration must not break the console)
+        logger.warning("job types could not be listed for the console filter", exc_info=True)
+        return {}
+
+
+def _recent(using: str, field: str) -> set[str]:
+    latest = Job.objects.using(using).order_by("-pk").values_list(field, flat=True)
+    stats = (
+        JobStat.objects.using(using)
+        .filter(minute__gte=Now() - timedelta(days=1))
+        .order_by()
+        .values_list(field, flat=True)
+        .distinct()
+    )
+    return set(latest[:FILTER_SAMPLE_ROWS]) | set(stats[:1_000])
 
 
 def chart_series(
@@ -102,29 +169,46 @@ def dedupe_series(
 
 
 class JobFilter(forms.Form):
-    """The jobs list's filters, search and cursor; only valid values reach a query."""
+    """The jobs list's filters, search and cursor; only valid values reach a query.
 
-    state = forms.ChoiceField(
-        required=False, choices=[("", "any state"), *((s, s) for s in STATES)]
-    )
-    queue = forms.CharField(required=False, max_length=100)
-    job_type = forms.CharField(required=False, max_length=200)
-    since = forms.DateTimeField(required=False, help_text="created at or after (UTC)")
-    until = forms.DateTimeField(required=False, help_text="created before (UTC)")
+    Queue, job type and state are choices: the known ones (:func:`known_queues`,
+    :func:`known_job_types`, :func:`state_choices`), plus the value asked for, so a
+    link to a queue not listed still filters.
+    """
+
+    state = forms.ChoiceField(required=False, choices=state_choices)
+    queue = forms.ChoiceField(required=False)
+    job_type = forms.ChoiceField(required=False, label="Job type")
+    since = forms.DateTimeField(required=False, help_text="created at or after")
+    until = forms.DateTimeField(required=False, help_text="created before")
     q = forms.CharField(required=False, max_length=1024, label="jid or id")
     sort = forms.ChoiceField(
         required=False, choices=[("-id", "newest first"), ("id", "oldest first")]
     )
     after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
-    #: Other names of a state: ``failed`` is what the ids API (``Queue.list``) says.
-    STATE_ALIASES = {"failed": "dead"}
+    #: See :data:`STATE_ALIASES`.
+    STATE_ALIASES = STATE_ALIASES
 
-    def __init__(self, data: Any = None, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, data: Any = None, *args: Any, using: str | None = None, **kwargs: Any
+    ) -> None:
         if data is not None and data.get("state") in self.STATE_ALIASES:
             data = data.copy()
             data["state"] = self.STATE_ALIASES[data["state"]]
         super().__init__(data, *args, **kwargs)
+        alias = using or jobs_database()
+        for name, known in (("queue", known_queues), ("job_type", known_job_types)):
+            values = set(known(alias))
+            asked = data.get(name) if data is not None else None
+            if isinstance(asked, str) and asked and len(asked) <= 200:
+                values.add(asked)
+            field = self.fields[name]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = [
+                ("", f"any {field.label or name}".lower()),
+                *((v, v) for v in sorted(values)),
+            ]
 
 
 def filtered_jobs(using: str, data: dict[str, Any]) -> QuerySet[Job]:

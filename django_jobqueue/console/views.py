@@ -1,4 +1,4 @@
-"""The console's read-only pages: overview, jobs, a job, workers, schedules."""
+"""The console's read-only pages: overview, jobs, a job, workers, schedules, audit log."""
 
 from __future__ import annotations
 
@@ -8,20 +8,25 @@ from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from ..models import Job, ScheduleJob
 from ..overview import jobs_database
+from ..store import audit
 from ..store.licence import is_pro
+from ..store.states import state_label
 from ..store.workerstats import gone_workers, live_workers
-from . import queries
+from . import queries, story
 from .access import PERMISSIONS, staff_required
 from .charts import bar_chart
 
-__all__ = ["job_detail", "job_list", "overview", "schedules", "using", "workers"]
+__all__ = ["audit_log", "job_detail", "job_list", "overview", "schedules", "using", "workers"]
 
 DONE_COLOUR = "#417690"
 FAILED_COLOUR = "#ba2121"
 RETRIED_COLOUR = "#e0a030"
+#: Audit rows per page of the audit log.
+AUDIT_PAGE = 50
 #: Seconds between the overview's own refreshes (a ``<meta http-equiv=refresh>``).
 REFRESH_S = 5
 
@@ -72,6 +77,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             hour_chart=hour_chart,
             live=len(live_workers(alias)),
             refresh_s=REFRESH_S,
+            known_queues=queries.known_queues(alias),
         ),
     )
 
@@ -79,7 +85,7 @@ def overview(request: HttpRequest) -> HttpResponse:
 @staff_required()
 def job_list(request: HttpRequest) -> HttpResponse:
     """List jobs by filter and search, one keyset page at a time."""
-    form = queries.JobFilter(request.GET or None)
+    form = queries.JobFilter(request.GET or None, using=using())
     jobs: list[Job] = []
     next_url = ""
     if not request.GET or form.is_valid():
@@ -112,46 +118,17 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
 
 
-def _when(value: Any) -> datetime | None:
-    """An attempt's ``at`` (ISO text in the errors list) as an aware datetime, if it is one."""
-    if isinstance(value, datetime):
-        return value
-    try:
-        when = datetime.fromisoformat(str(value))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-def timeline(job: Job) -> list[tuple[Any, str]]:
-    """Return ``(when, what)`` events of ``job``: created, each attempt, finished.
-
-    In time order; an attempt whose time is unreadable comes first.
-    """
-    events: list[tuple[Any, str]] = [(job.created_at, "created")]
-    for entry in job.errors or []:
-        if isinstance(entry, dict):
-            events.append(
-                (
-                    _when(entry.get("at")),
-                    f"attempt {entry.get('attempt')} failed: {entry.get('exception_class', '')}",
-                )
-            )
-    if job.started_at:
-        events.append((job.started_at, f"attempt {job.attempt} started"))
-    if job.finished_at:
-        events.append((job.finished_at, f"finished: {job.status}"))
-    # Datetimes, not their text: the errors' ISO "T" and str()'s space sort apart.
-    earliest = datetime.min.replace(tzinfo=UTC)
-    return sorted(events, key=lambda e: e[0] or earliest)
-
-
 @staff_required()
 def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
-    """Show one job: payload and result (hidden when secure), attempts, holds, timeline."""
+    """Show one job's whole story: who enqueued it, which worker ran it, when it
+    started and finished, each failed attempt, every operator action on it, one
+    timeline to the millisecond; payload and result (hidden when secure), holds; and
+    the actions that apply to it now."""
     job = Job.objects.using(using()).filter(jid=jid).first()
     if job is None:
         raise Http404("No such job.")
+    now = timezone.now()
+    audit = story.operator_actions(job)
     return render(
         request,
         "django_jobqueue/console/job.html",
@@ -159,12 +136,41 @@ def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
             request,
             f"Job {job.jid}",
             job=job,
+            state=state_label(job, now),
+            origin=story.origin_text(job.origin),
+            claimed=story.claimed_by(job),
+            duration=story.duration(job),
             payload="hidden: the job type is secure" if job.secure else _pretty(job.payload),
             result="hidden: the job type is secure" if job.secure else _pretty(job.result),
-            attempts=[e for e in job.errors or [] if isinstance(e, dict)],
-            timeline=timeline(job),
+            attempts=story.attempts_of(job),
+            audit=audit,
+            timeline=story.timeline(job, audit, now),
+            actions=story.actions_for(job, now),
             id_held=job.job_id_hash is not None,
             unique_held=job.unique_key_hash is not None,
+        ),
+    )
+
+
+@staff_required()
+def audit_log(request: HttpRequest) -> HttpResponse:
+    """List the operators' actions newest first, one keyset page at a time (no count)."""
+    try:
+        before = int(request.GET.get("before", ""))
+    except ValueError:
+        before = None
+    rows = audit.audit_page(using(), before=before, limit=AUDIT_PAGE + 1)
+    next_url = f"?before={rows[AUDIT_PAGE - 1].pk}" if len(rows) > AUDIT_PAGE else ""
+    return render(
+        request,
+        "django_jobqueue/console/audit.html",
+        context(
+            request,
+            "Audit log",
+            # A row on one job links to its page.
+            rows=[(row, row.jids if "," not in row.jids else "") for row in rows[:AUDIT_PAGE]],
+            next_url=next_url,
+            first=before,
         ),
     )
 

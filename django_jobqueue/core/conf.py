@@ -95,6 +95,9 @@ DEFAULTS: dict[str, Any] = {
     "STATS_RETENTION": "7d",
     # Bearer token of the Prometheus endpoint (django_jobqueue.metrics); "": staff only.
     "METRICS_TOKEN": "",
+    # How long the audit log of operators' actions (AuditEntry) is kept; pruned by
+    # `jobqueue prune` (docs/console.md "Audit log").
+    "AUDIT_KEEP": "90d",
 }
 
 #: Defaults of ``JOBQUEUE["GATEWAY"]``.
@@ -141,7 +144,7 @@ _INT_KEYS = {
     "MAX_PAYLOAD_BYTES": 1,
     "MAX_RESULT_BYTES": 1,
 }
-_DURATION_KEYS = ("KEEP", "RETENTION", "STATS_RETENTION")
+_DURATION_KEYS = ("KEEP", "RETENTION", "STATS_RETENTION", "AUDIT_KEEP")
 _QUEUE_OPTION_KEYS = frozenset({"dedupe", "keep"})
 
 
@@ -241,6 +244,7 @@ class JobQueueSettings:
     GATEWAY: GatewaySettings
     STATS_RETENTION: timedelta
     METRICS_TOKEN: str
+    AUDIT_KEEP: timedelta
     _queue_defaults: QueueOptions = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     def queue_options(self, queue: str) -> QueueOptions:
@@ -288,6 +292,12 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             durations[key] = parse_duration(values[key], name=f"JOBQUEUE[{key!r}]")
         except InvalidOption as exc:
             errors.append(str(exc))
+    audit_keep = durations.get("AUDIT_KEEP")
+    if audit_keep is not None and audit_keep < timedelta(hours=1):
+        errors.append(
+            "JOBQUEUE['AUDIT_KEEP'] must be at least an hour (the audit log of operators' "
+            f"actions would be pruned as it is written): got {values['AUDIT_KEEP']!r}."
+        )
     if not errors and values["HEARTBEAT_MS"] * 3 > values["LEASE_MS"]:
         errors.append(
             "JOBQUEUE['HEARTBEAT_MS'] must be at most a third of LEASE_MS, so a lease is "
@@ -361,6 +371,7 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             GATEWAY=gateway,
             STATS_RETENTION=durations["STATS_RETENTION"],  # type: ignore[arg-type]
             METRICS_TOKEN=values["METRICS_TOKEN"],
+            AUDIT_KEEP=durations["AUDIT_KEEP"],  # type: ignore[arg-type]
             _queue_defaults=defaults,
         ),
         [],

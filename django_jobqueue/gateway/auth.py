@@ -21,10 +21,11 @@ from ninja.security import HttpBearer
 from ..core.conf import get_config
 from ..models import ApiToken
 from ..store import apitokens
+from ..store.audit import Actor
 from .body import declared_length
 from .errors import GatewayError, unauthorized
 
-__all__ = ["BearerToken", "require", "token_of"]
+__all__ = ["BearerToken", "actor_of", "origin_of", "require", "token_of"]
 
 
 class BearerToken(HttpBearer):
@@ -96,3 +97,13 @@ def require(request: HttpRequest, scope: str, queues: Iterable[str] = ()) -> Api
                 "forbidden", f"This token is not allowed queue {queue!r}.", field="queue"
             )
     return token
+
+
+def origin_of(token: ApiToken) -> str:
+    """Return who acts, for ``Job.origin`` and the audit log: ``gateway:<token name>``."""
+    return f"gateway:{token.name}"
+
+
+def actor_of(token: ApiToken) -> Actor:
+    """Return who acts, for the audit log: ``gateway`` and the token's name."""
+    return Actor("gateway", token.name)

@@ -17,15 +17,17 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Router, Status
 
-from .. import maintenance
 from ..bulk import create_many
 from ..core.conf import get_config
 from ..core.exceptions import InvalidOption, InvalidRequest, JobQueueError, ProRequired
+from ..core.origin import enqueued_by
 from ..core.validation import check_delay, check_json, check_queue, check_text
 from ..enqueue import JobSpec, build_job, create_job, jobs_database
-from ..models import DEAD_STATUSES, Job, JobStatus
+from ..models import Job, JobStatus
+from ..operations import act_in_batches
+from ..store import states
 from ..store.registry import get_job_description
-from .auth import require
+from .auth import actor_of, origin_of, require, token_of
 from .errors import GatewayError, from_jobqueue_error
 from .schemas import (
     ERRORS,
@@ -128,9 +130,10 @@ def _refusal(exc: JobQueueError, index: int | None = None) -> GatewayError:
 )
 def enqueue(request: HttpRequest, spec: JobIn) -> Any:
     """Enqueue one job: 201 ``enqueued``, or 200 ``deduplicated`` with the holder's jid."""
-    require(request, "produce")
+    token = require(request, "produce")
     try:
-        job = spec_of(spec)
+        with enqueued_by(origin_of(token)):
+            job = spec_of(spec)
     except JobQueueError as exc:
         raise _refusal(exc) from exc
     require(request, "produce", [job.queue])
@@ -164,13 +167,13 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
             field="jobs",
         )
     specs: list[JobSpec] = []
-    for index, item in enumerate(batch.jobs):
-        try:
-            specs.append(spec_of(item))
-        except JobQueueError as exc:
-            raise _refusal(exc, index) from exc
+    with enqueued_by(origin_of(token)):
+        for index, item in enumerate(batch.jobs):
+            try:
+                specs.append(spec_of(item))
+            except JobQueueError as exc:
+                raise _refusal(exc, index) from exc
     _refuse_repeated_ids(specs)
-    del token
     _require_queues(request, specs)
     try:
         # Bulk enqueue: every lock taken once in sorted order, multi-row INSERTs, one
@@ -251,15 +254,9 @@ def find_job(request: HttpRequest, jid: str, scope: str) -> Job:
 
 
 def job_state(job: Job) -> str:
-    """The state word (docs/design.md#states) for ``job``'s state: scheduled, waiting, running,
-    failed, ..."""
-    if job.waiting:
-        return "scheduled" if job.run_at > timezone.now() else "waiting"
-    if job.status == JobStatus.PROCESSING:
-        return "running"
-    if job.status in DEAD_STATUSES:
-        return "failed"
-    return "done" if job.status == JobStatus.DONE else "cancelled"
+    """The state word (docs/design.md#states) of ``job``: scheduled, waiting, running,
+    failed, done or cancelled, from the one table in :mod:`django_jobqueue.store.states`."""
+    return states.state_word(job, timezone.now())
 
 
 def _last_error(job: Job) -> dict[str, Any] | None:
@@ -312,10 +309,15 @@ def get_job(request: HttpRequest, jid: str) -> Any:
 def cancel_job(request: HttpRequest, jid: str) -> Any:
     """``cancelled``: it was waiting and is now cancelled; ``cancel_requested``: it runs."""
     job = find_job(request, jid, "produce")
-    counts = maintenance.cancel_jobs(Job.objects.using(job._state.db).filter(pk=job.pk))
+    counts = act_in_batches(
+        Job.objects.using(job._state.db).filter(pk=job.pk),
+        "cancel",
+        actor_of(token_of(request)),
+        target=f"job {job.jid}",
+    )
     return {
-        "cancelled": counts.cancelled > 0,
-        "cancel_requested": counts.requested > 0
+        "cancelled": counts.get("cancelled", 0) > 0,
+        "cancel_requested": counts.get("requested", 0) > 0
         or (job.status == JobStatus.PROCESSING and job.cancel_requested),
     }
 
@@ -329,5 +331,10 @@ def cancel_job(request: HttpRequest, jid: str) -> Any:
 def retry_job(request: HttpRequest, jid: str) -> Any:
     """A dead letter starts again from attempt one; a scheduled job becomes due now."""
     job = find_job(request, jid, "admin")
-    counts = maintenance.retry_jobs(Job.objects.using(job._state.db).filter(pk=job.pk))
-    return {"retried": counts.total > 0}
+    counts = act_in_batches(
+        Job.objects.using(job._state.db).filter(pk=job.pk),
+        "retry",
+        actor_of(token_of(request)),
+        target=f"job {job.jid}",
+    )
+    return {"retried": sum(counts.values()) > 0}

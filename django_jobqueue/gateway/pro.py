@@ -16,14 +16,15 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema
 from pydantic import ConfigDict, Field
 
-from .. import maintenance
 from ..core.dbclock import Now
 from ..core.exceptions import JobQueueError
 from ..core.validation import check_queue, check_text
 from ..enqueue import jobs_database
 from ..models import DEAD_STATUSES, Job, JobStatus, hold_hash
+from ..operations import act_in_batches
+from ..store.audit import run_audited
 from ..store.licence import require_pro
-from .auth import require
+from .auth import actor_of, require, token_of
 from .errors import bad_parameter, from_jobqueue_error
 from .schemas import ERRORS, BulkIn, BulkOut, UniqueLocksOut, UniqueReleaseOut
 
@@ -113,10 +114,19 @@ def release_unique_lock(request: HttpRequest, queue: str, key: str) -> Any:
         check_text(key, "A unique_key")
     except JobQueueError as exc:
         raise bad_parameter(exc, "key") from exc
-    holders = Job.objects.using(jobs_database()).filter(queue=queue, unique_key_hash=hold_hash(key))
+    using = jobs_database()
+    holders = Job.objects.using(using).filter(queue=queue, unique_key_hash=hold_hash(key))
     jid = holders.values_list("jid", flat=True).first()
     released = bool(jid) and bool(
-        holders.filter(jid=jid).update(unique_key_hash=None, updated_at=Now())
+        run_audited(
+            using,
+            lambda: holders.filter(jid=jid).update(unique_key_hash=None, updated_at=Now()),
+            actor_of(token_of(request)),
+            "release",
+            target=f"unique key of job {jid}",
+            counts=lambda released: {"released": released},
+            jids=[jid] if jid else [],
+        )
     )
     return {"released": released, "jid": jid}
 
@@ -144,10 +154,14 @@ def bulk(request: HttpRequest, body: BulkIn) -> Any:
         jobs = jobs.filter(waiting=True, run_at__gt=Now())
     elif body.state == "waiting":
         jobs = jobs.filter(waiting=True, run_at__lte=Now())
-    if body.action == "retry":
-        retried = maintenance.retry_jobs(jobs)
-        detail = {"dead": retried.dead, "waiting": retried.waiting}
-    else:
-        cancelled = maintenance.cancel_jobs(jobs)
-        detail = {"cancelled": cancelled.cancelled, "requested": cancelled.requested}
+    described = ", ".join(
+        f"{name}={value}"
+        for name, value in (("queue", body.queue), ("type", body.job_type), ("state", body.state))
+        if value
+    )
+    detail = act_in_batches(
+        jobs, body.action, actor_of(token_of(request)), target=f"jobs matching {described}"
+    )
+    keys = ("dead", "waiting") if body.action == "retry" else ("cancelled", "requested")
+    detail = {key: detail.get(key, 0) for key in keys}
     return {"action": body.action, "changed": sum(detail.values()), "detail": detail}

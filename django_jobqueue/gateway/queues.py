@@ -16,12 +16,14 @@ from ninja import Query, Router, Schema, Status
 from pydantic import ConfigDict, Field
 
 from ..core.exceptions import InvalidPayload, JobQueueError, UnknownJobType
+from ..core.origin import enqueued_by
 from ..core.validation import check_queue, check_text
 from ..ids import JobView, Queue
-from ..models import Job
+from ..models import ApiToken, Job
 from ..overview import jobs_database
 from ..store import pauses
-from .auth import require
+from ..store.audit import run_audited
+from .auth import actor_of, origin_of, require
 from .errors import GatewayError, bad_parameter, from_jobqueue_error
 from .schemas import (
     ERRORS,
@@ -50,9 +52,9 @@ class ListQuery(Schema):
     cursor: str | None = Field(None, max_length=4096, description="The next of a page.")
 
 
-def _checked(request: HttpRequest, scope: str, queue: str, job_id: str | None = None) -> None:
+def _checked(request: HttpRequest, scope: str, queue: str, job_id: str | None = None) -> ApiToken:
     """Refuse a malformed path ``queue`` or ``id`` (``400 bad_request`` naming it),
-    then check the token's ``scope`` on the queue."""
+    then check the token's ``scope`` on the queue; return the token."""
     try:
         check_queue(queue)
     except JobQueueError as exc:
@@ -62,7 +64,7 @@ def _checked(request: HttpRequest, scope: str, queue: str, job_id: str | None = 
             check_text(job_id, "A job id")
         except JobQueueError as exc:
             raise bad_parameter(exc, "id") from exc
-    require(request, scope, [queue])
+    return require(request, scope, [queue])
 
 
 #: Words of an ``ids`` error message, and the request field each names.
@@ -133,10 +135,11 @@ def _secure_jids(queue: str, jids: list[str]) -> set[str]:
 )
 def id_add(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  # noqa: A002
     """201 ``{"added": true}``, or 200 ``{"added": false}`` when a job holds the id."""
-    _checked(request, "produce", queue, id)
-    added = _call(
-        None, _handle(queue, body.job_type).add, body.value, id=id, at=body.at, delay=body.delay
-    )
+    token = _checked(request, "produce", queue, id)
+    with enqueued_by(origin_of(token)):
+        added = _call(
+            None, _handle(queue, body.job_type).add, body.value, id=id, at=body.at, delay=body.delay
+        )
     return Status(201 if added else 200, {"added": added})
 
 
@@ -148,8 +151,9 @@ def id_add(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  
 )
 def id_set(request: HttpRequest, queue: str, id: str, body: IdValueIn) -> Any:  # noqa: A002
     """Always ``{"set": true}``: added, replaced, rerun or restarted (docs/design.md#ids)."""
-    _checked(request, "produce", queue, id)
-    _call(None, _handle(queue, body.job_type).set, id, body.value, at=body.at, delay=body.delay)
+    token = _checked(request, "produce", queue, id)
+    with enqueued_by(origin_of(token)):
+        _call(None, _handle(queue, body.job_type).set, id, body.value, at=body.at, delay=body.delay)
     return {"set": True}
 
 
@@ -236,8 +240,16 @@ class PauseOut(Schema):
 )
 def queue_pause(request: HttpRequest, queue: str) -> Any:
     """Workers stop claiming the queue's jobs within a second; enqueueing still works."""
-    _checked(request, "admin", queue)
-    changed = pauses.pause_queue(jobs_database(), queue, by="gateway")
+    token = _checked(request, "admin", queue)
+    using = jobs_database()
+    changed = run_audited(
+        using,
+        lambda: pauses.pause_queue(using, queue, by=origin_of(token)),
+        actor_of(token),
+        "pause",
+        target=f"queue {queue}",
+        counts=lambda changed: {"changed": int(changed)},
+    )
     return {"paused": True, "changed": changed}
 
 
@@ -249,5 +261,14 @@ def queue_pause(request: HttpRequest, queue: str) -> Any:
 )
 def queue_resume(request: HttpRequest, queue: str) -> Any:
     """Workers claim the queue's jobs again."""
-    _checked(request, "admin", queue)
-    return {"paused": False, "changed": pauses.resume_queue(jobs_database(), queue)}
+    token = _checked(request, "admin", queue)
+    using = jobs_database()
+    changed = run_audited(
+        using,
+        lambda: pauses.resume_queue(using, queue),
+        actor_of(token),
+        "resume",
+        target=f"queue {queue}",
+        counts=lambda changed: {"changed": int(changed)},
+    )
+    return {"paused": False, "changed": changed}

@@ -20,9 +20,9 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ..core.dbclock import Now
 from ..core.exceptions import InvalidOption
-from ..models import DEAD_STATUSES, JobStatus
+from ..store import states
+from ..store.states import FAILED
 
 __all__ = [
     "DEFAULT_PAGE_JOBS",
@@ -36,16 +36,8 @@ __all__ = [
     "state_word",
 ]
 
-#: The state words (docs/design.md#states) for a job's state, plus ``cancelled``.
-SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED = (
-    "scheduled",
-    "waiting",
-    "running",
-    "failed",
-    "done",
-    "cancelled",
-)
-STATES = (SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED)
+#: The state words (docs/design.md#states): one table, :mod:`django_jobqueue.store.states`.
+STATES = states.STATES
 #: Page limits (docs/design.md#ids): jobs per page, and bytes of values (JSON).
 MAX_PAGE_JOBS = 1_000
 DEFAULT_PAGE_JOBS = 100
@@ -95,15 +87,7 @@ class Page:
 
 def state_word(job: Any, now: datetime) -> str:
     """Return the state word (one of :data:`STATES`) for ``job`` at database time ``now``."""
-    if job.waiting:
-        return SCHEDULED if job.run_at > now else WAITING
-    if job.status == JobStatus.PROCESSING:
-        return RUNNING
-    if job.status in DEAD_STATUSES:
-        return FAILED
-    if job.status == JobStatus.DONE:
-        return DONE
-    return CANCELLED
+    return states.state_word(job, now)
 
 
 def job_view(job: Any) -> JobView:
@@ -162,19 +146,7 @@ def list_page(
 
 
 def _filter_state(jobs: QuerySet[Any], state: str | None) -> QuerySet[Any]:
-    if state == SCHEDULED:
-        return jobs.filter(waiting=True, run_at__gt=Now())
-    if state == WAITING:
-        return jobs.filter(waiting=True, run_at__lte=Now())
-    if state == RUNNING:
-        return jobs.filter(status=JobStatus.PROCESSING)
-    if state == FAILED:
-        return jobs.filter(status__in=DEAD_STATUSES)
-    if state == DONE:
-        return jobs.filter(status=JobStatus.DONE)
-    if state == CANCELLED:
-        return jobs.filter(status=JobStatus.CANCELLED)
-    return jobs
+    return jobs if state is None else jobs.filter(states.state_filter(state))
 
 
 def _scan(

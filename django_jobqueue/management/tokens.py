@@ -1,7 +1,9 @@
 """``manage.py jobqueue token create|list|revoke``: the gateway's API tokens.
 
 Parses and wires only: the work is in :mod:`django_jobqueue.store.apitokens`. ``create``
-prints the token once, on its own last line; only its hash is stored.
+prints the token once, on its own last line; only its hash is stored. Create and
+revoke are written to the audit log (docs/console.md "Audit log"), never the token's
+text (a revoke by text records its first 12 characters, the prefix).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from django.utils import timezone
 from django_jobqueue.core.durations import parse_duration
 from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.models import ApiToken
+from django_jobqueue.overview import jobs_database
 from django_jobqueue.store import apitokens
+from django_jobqueue.store.audit import cli_actor, run_audited
 
 __all__ = ["arguments", "handle"]
 
@@ -65,11 +69,18 @@ def handle(command: BaseCommand, *, action: str, **options: Any) -> None:
     if action == "create":
         expires_in = options.get("expires_in")
         try:
-            row, text = apitokens.issue_token(
-                options["name"],
-                queues=options["queues"],
-                scopes=options["scopes"],
-                expires_at=None if expires_in is None else timezone.now() + expires_in,
+            row, text = run_audited(
+                jobs_database(),
+                lambda: apitokens.issue_token(
+                    options["name"],
+                    queues=options["queues"],
+                    scopes=options["scopes"],
+                    expires_at=None if expires_in is None else timezone.now() + expires_in,
+                ),
+                cli_actor(),
+                "token_create",
+                target=f"token {options['name']}",
+                counts=lambda made: {"created": 1},
             )
         except InvalidOption as exc:
             raise CommandError(str(exc)) from exc
@@ -92,7 +103,14 @@ def handle(command: BaseCommand, *, action: str, **options: Any) -> None:
                 f"last_used={row.last_used_at or '-'}"
             )
         return
-    count = apitokens.revoke_token(options["token"])
+    count = run_audited(
+        jobs_database(),
+        lambda: apitokens.revoke_token(options["token"]),
+        cli_actor(),
+        "token_revoke",
+        target=f"token {options['token'][:12]}",
+        counts=lambda count: {"revoked": count},
+    )
     if not count:
         raise CommandError(f"No live token has prefix or name {options['token']!r}.")
     command.stdout.write(f"Revoked {count} token(s).")

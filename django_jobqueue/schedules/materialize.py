@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from ..core.dbclock import Now
 from ..core.exceptions import DuplicateJob, InvalidOption, JobQueueError, LockTimeout, WrongDatabase
+from ..core.origin import enqueued_by
 from ..enqueue import build_job, create_job
 from ..models import ScheduleJob
 from ..store import locks
@@ -47,9 +48,10 @@ def _make_job(plan: ScheduleJob, tick: datetime, entries: list[dict[str, Any]]) 
     """Create the job of ``plan``'s ``tick``; return its jid, or None if not made."""
     job_id = tick_job_id(plan.name, tick)
     try:
-        spec = build_job(
-            plan.queue, plan.job_type, plan.payload, priority=plan.priority, job_id=job_id
-        )
+        with enqueued_by(f"schedule:{plan.name}"):
+            spec = build_job(
+                plan.queue, plan.job_type, plan.payload, priority=plan.priority, job_id=job_id
+            )
         result = create_job(spec)
     except DuplicateJob as exc:
         entries.append({"tick": iso_utc(tick), "outcome": "duplicate", "jid": exc.holder_jid})

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from ..core.dbclock import Now
 from ..core.exceptions import DuplicateJob, InvalidOption
+from ..core.origin import enqueued_by
 from ..core.validation import text_problem
 from ..enqueue import build_job, create_job
 from ..models import ScheduleJob
@@ -262,13 +263,14 @@ def run_now(using: str, name: str) -> str:
     now = timezone.now().replace(microsecond=0)
     with transaction.atomic(using=using):
         plan = ScheduleJob.objects.using(using).select_for_update().get(name=name)
-        spec = build_job(
-            plan.queue,
-            plan.job_type,
-            plan.payload,
-            priority=plan.priority,
-            job_id=f"schedule:{name}:run-now:{now.replace(tzinfo=None).isoformat()}Z",
-        )
+        with enqueued_by(f"schedule:{name}"):
+            spec = build_job(
+                plan.queue,
+                plan.job_type,
+                plan.payload,
+                priority=plan.priority,
+                job_id=f"schedule:{name}:run-now:{now.replace(tzinfo=None).isoformat()}Z",
+            )
         try:
             jid = create_job(spec).jid
         except DuplicateJob as exc:

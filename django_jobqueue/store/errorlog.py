@@ -50,8 +50,9 @@ def error_entry(
     Returns
     -------
     dict
-        ``attempt``, ``at`` (ISO 8601), ``message``, ``exception_class`` and
-        ``traceback``, every text escaped so that every database stores it.
+        ``attempt``, ``at`` (ISO 8601), ``message``, ``exception_class``,
+        ``traceback`` and ``worker`` (the lease owner that ran the attempt, "" when
+        none held it), every text escaped so that every database stores it.
     """
     entry: dict[str, Any] = {
         "attempt": job.attempt,
@@ -59,6 +60,7 @@ def error_entry(
         "message": "<secure>" if job.secure else message,
         "exception_class": escaped(exception_class[:200]),
         "traceback": "",
+        "worker": escaped(str(job.lease_owner or "")[:200]),
     }
     if exc is not None:
         cls = type(exc)  # a class made at run time may carry any text in its name

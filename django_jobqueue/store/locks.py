@@ -65,6 +65,7 @@ __all__ = [
     "mysql_lock_name",
     "sqlite_locked",
     "stripes_of",
+    "write_transaction",
 ]
 
 logger = logging.getLogger(__name__)
@@ -260,6 +261,24 @@ def creation_lock(using: str, names: Sequence[str], *, timeout_ms: int) -> Itera
         else:
             with _sqlite_write_transaction(using, _remaining_ms(deadline)):
                 yield
+
+
+@contextlib.contextmanager
+def write_transaction(using: str) -> Iterator[None]:
+    """Run the body in one write transaction on ``using`` (a savepoint inside the caller's).
+
+    On SQLite the transaction takes the write lock at ``BEGIN`` (``IMMEDIATE``),
+    waiting up to ``JOBQUEUE["LOCK_TIMEOUT_MS"]``, so a body that reads and then writes
+    never meets a lock upgrade that fails at once; elsewhere it is
+    ``transaction.atomic``. Wrap the call in :func:`retry_when_locked` to retry a
+    "database is locked" that still comes.
+    """
+    if connections[using].vendor == "sqlite":
+        with _sqlite_write_transaction(using, get_config().LOCK_TIMEOUT_MS):
+            yield
+    else:
+        with transaction.atomic(using=using):
+            yield
 
 
 def _remaining_ms(deadline: float) -> int:

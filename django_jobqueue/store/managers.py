@@ -120,6 +120,9 @@ class JobSpec:
     #: the many-row insert sends it rather than encoding the payload again. Not an
     #: ``__init__`` argument, so ``dataclasses.replace`` (a new payload) drops it.
     payload_json: str | None = field(default=None, init=False, compare=False, repr=False)
+    #: Who enqueued it (:mod:`django_jobqueue.core.origin`), stored as ``Job.origin``;
+    #: set by ``build_job``, not an ``__init__`` argument.
+    origin: str = field(default="", init=False, compare=False, repr=False)
 
     def with_payload(self, payload: Any, payload_json: str) -> JobSpec:
         """Return this spec with another payload, already checked (``payload_json`` is
@@ -165,6 +168,7 @@ class JobSpec:
             # the insert's one instant of the package's clock, as run_at's.
             "created_at": Now(),
             "updated_at": Now(),
+            "origin": self.origin,
         }
 
 

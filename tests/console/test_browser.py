@@ -92,6 +92,7 @@ def seed():
         job_type="worker.record",
         status=JobStatus.MAX_RETRY,
         attempt=4,
+        message="SMTPError: relay refused",  # as storage.fail stores the last failure
         payload={"to": "<script>alert('x')</script>"},
         errors=[
             {
@@ -150,32 +151,76 @@ def test_console_in_a_real_browser(live_server, browser, worker):
     assert page.locator("#queues tr[data-queue=emails] td").nth(1).inner_text() == "12"
     shot(page, "overview")
 
-    page.goto(f"{live_server.url}/console/jobs/?state=dead")
+    page.goto(f"{live_server.url}/console/jobs/?state=failed")
     assert page.locator("#jobs tbody tr").count() == 1
+    assert "relay refused" in page.locator("#jobs tbody tr").inner_text()  # the error column
     shot(page, "jobs")
-    page.click(f"text={dead.jid}")
+    # Keyboard: "/" focuses the filter, "j" selects the first row, Enter opens it.
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.closest('form#filters') !== null")
+    page.keyboard.press("Escape")
+    page.evaluate("document.activeElement.blur()")
+    page.keyboard.press("?")
+    assert page.locator("#jq-help").is_visible()
+    page.keyboard.press("?")
+    assert not page.locator("#jq-help").is_visible()
+    page.keyboard.press("j")
+    assert page.locator("#jobs tbody tr.jq-current").count() == 1
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/console/jobs/{dead.jid}/")
     assert "<script>alert('x')</script>" in page.locator("#payload").inner_text()
     assert dialogs == []  # the payload's script never ran
     shot(page, "job")
     assert not RunRecord.objects.filter(jid=dead.jid).exists()
+    assert page.locator("#status").inner_text() == "failed (max_retry)"
+    assert page.locator("#cancel").count() == 0  # not offered on a dead job
     page.click("#retry")
     page.wait_for_load_state()
+    assert "Retried 1 dead job." in page.locator(".messagelist").inner_text()
     # Back in the queue, and the running worker takes it at once: the page may show
     # any step of the run, and its last one is done.
-    assert page.locator("#status").inner_text().split()[0] in ("init", "processing", "done")
+    assert page.locator("#status").inner_text().split()[0] in ("waiting", "running", "done")
     job_url = f"{live_server.url}/console/jobs/{dead.jid}/"
     assert status_until(page, job_url, "done") == "done"
     assert RunRecord.objects.filter(jid=dead.jid, attempt=1).count() == 1  # it ran, once, anew
     assert Job.objects.get(pk=dead.pk).status == JobStatus.DONE
     shot(page, "job-retried-done")
-    steps = page.locator("#timeline li").all_inner_texts()
-    events = [step.split(": ", 1)[1] for step in steps]
-    assert events[-2:] == ["attempt 1 started", "finished: done"]  # in time order
+    assert page.locator("#retry").count() == page.locator("#cancel").count() == 0  # done
+    events = page.locator("#timeline li .jq-what").all_inner_texts()
+    assert events[-3:] == ["retry by console ops", "attempt 1 started", "finished: done"]
+    assert "attempt 0 started" not in events
+    assert "on host" in page.locator("#claimed").inner_text()  # run by the test's worker
 
     page.goto(f"{live_server.url}/console/")
     page.locator("#queues tr[data-queue=emails] button").click()
     page.wait_for_load_state()
     assert "paused" in page.locator("#queues tr[data-queue=emails]").inner_text()
+    page.fill("#pause-queue-name", "quiet")  # a queue with no job at all
+    page.locator("#pause-queue button").click()
+    page.wait_for_load_state()
+    assert "Paused queue quiet." in page.locator(".messagelist").inner_text()
+    assert "paused" in page.locator("#queues tr[data-queue=quiet]").inner_text()
+
+    # The audit log: newest first, the pauses and the retry done above, by "ops".
+    page.goto(f"{live_server.url}/console/audit/")
+    audit_rows = page.locator("#audit tbody tr")
+    assert audit_rows.nth(0).get_attribute("data-action") == "pause"
+    assert "queue quiet" in audit_rows.nth(0).inner_text()
+    assert "queue emails" in audit_rows.nth(1).inner_text()
+    retry_row = page.locator("#audit tbody tr[data-action=retry]")
+    assert retry_row.count() == 1
+    assert "ops" in retry_row.inner_text() and "console" in retry_row.inner_text()
+    assert f"job {dead.jid}" in retry_row.inner_text()
+    shot(page, "audit")
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    assert page.locator("#audit tbody tr.jq-current").inner_text() == audit_rows.nth(1).inner_text()
+    page.keyboard.press("k")
+    assert "queue quiet" in page.locator("#audit tbody tr.jq-current").inner_text()
+    page.evaluate("window.jqMarker = 1")
+    page.keyboard.press("r")  # refresh: a new page, the marker gone
+    page.wait_for_load_state()
+    page.wait_for_function("window.jqMarker === undefined")
 
     page.goto(f"{live_server.url}/console/workers/")
     live = page.locator("#live").inner_text()
@@ -187,6 +232,9 @@ def test_console_in_a_real_browser(live_server, browser, worker):
 
     response = page.goto(f"{live_server.url}/console/pro/locks/")
     assert response.status == 404
+    assert "Unique locks is a Pro feature" in page.locator("#pro-required").inner_text()
+    assert page.locator("#licence-docs").get_attribute("href")
+    shot(page, "pro-required")
     private_pem, public_pem = generate_key_pair()
     token = issue_licence(
         private_pem, licensee="Browser", expires_at=datetime.now(UTC) + timedelta(days=1)

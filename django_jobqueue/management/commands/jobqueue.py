@@ -26,18 +26,23 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.utils import timezone
 
-from django_jobqueue import maintenance, schedules
+from django_jobqueue import maintenance
 from django_jobqueue.core.conf import get_config
 from django_jobqueue.core.durations import parse_duration
 from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.enqueue import jobs_database
-from django_jobqueue.management import pausing, tokens
+from django_jobqueue.management import cancelling, pausing, scheduling, tokens
 from django_jobqueue.management import status as status_report
-from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, ScheduleJob, Worker
+from django_jobqueue.management.arguments import add_database as _add_database
+from django_jobqueue.management.arguments import name as _name
+from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, Worker
+from django_jobqueue.operations import act_in_batches
+from django_jobqueue.store.audit import cli_actor, prune_audit, record
 from django_jobqueue.store.licence import current_licence, describe_licence
 from django_jobqueue.store.pauses import paused_queues
+from django_jobqueue.store.states import state_label
 from django_jobqueue.store.workerstats import live_workers
 
 logger = logging.getLogger(__name__)
@@ -125,33 +130,6 @@ def _duration(text: str) -> timedelta:
             f"must be at most {_MAX_DURATION.days:,} days: got {text!r}"
         )
     return value
-
-
-def _name(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty")
-    # Bytes that are not UTF-8 reach argv as lone surrogates, which no database stores.
-    if "\x00" in text or any("\ud800" <= char <= "\udfff" for char in text):
-        raise argparse.ArgumentTypeError(
-            f"must be UTF-8 text without NUL: got {text!r}; check the terminal's encoding"
-        )
-    return text
-
-
-def _database_alias(text: str) -> str:
-    if text not in connections:
-        known = ", ".join(sorted(connections))
-        raise argparse.ArgumentTypeError(f"unknown database alias {text!r}; use one of {known}")
-    return text
-
-
-def _add_database(parser: CommandParser) -> None:
-    parser.add_argument(
-        "--database",
-        type=_database_alias,
-        default=None,
-        help="Database alias of the jobs (default: JOBQUEUE['DATABASE'], else the routers').",
-    )
 
 
 def _jobs_database(database: str | None) -> str:
@@ -333,7 +311,8 @@ def _prune_arguments(parser: CommandParser) -> None:
 
 @subcommand(
     "prune",
-    help="Delete done jobs older than RETENTION, and dead letters past keep when asked.",
+    help="Delete done jobs older than RETENTION, dead letters past keep when asked, and "
+    "audit log rows older than AUDIT_KEEP.",
     arguments=_prune_arguments,
 )
 def _prune(
@@ -353,14 +332,19 @@ def _prune(
             "--keep applies to dead letters, which are not pruned; add --dead or set "
             "JOBQUEUE['CLEAN_ERROR'] = True."
         )
+    using = _jobs_database(database)
     counts = maintenance.prune(
-        _jobs_database(database),
+        using,
         retention=retention,
         keep=keep,
         dead=include_dead,
         batch_size=batch_size,
         dry_run=dry_run,
     )
+    audit_rows = prune_audit(using, dry_run=dry_run)
+    if not dry_run:  # many short transactions by design: recorded once they are done
+        detail = {"done": counts.done, "cancelled": counts.cancelled, "dead": counts.dead}
+        record(using, cli_actor(), "prune", target="finished jobs", detail=detail)
     verb = "Would delete" if dry_run else "Deleted"
     if include_dead:
         command.stdout.write(
@@ -370,6 +354,10 @@ def _prune(
         command.stdout.write(f"{verb} {counts.done} done and {counts.cancelled} cancelled jobs.")
         command.stdout.write(
             "Dead letters kept: JOBQUEUE['CLEAN_ERROR'] is False; add --dead to prune them."
+        )
+    if audit_rows:
+        command.stdout.write(
+            f"{verb} {audit_rows} audit log row(s) older than JOBQUEUE['AUDIT_KEEP']."
         )
 
 
@@ -399,17 +387,21 @@ def _retry_arguments(parser: CommandParser) -> None:
 
 
 def _check_jids(using: str, jids: list[str]) -> None:
-    found = dict(Job.objects.using(using).filter(jid__in=jids).values_list("jid", "status"))
+    rows = {job.jid: job for job in Job.objects.using(using).filter(jid__in=jids)}
+    found = {jid: job.status for jid, job in rows.items()}
     missing = [jid for jid in jids if jid not in found]
     if missing:
         raise CommandError(
             f"No job has jid {', '.join(missing)}; copy the jid from the admin or the logs."
         )
-    alive = [f"{jid} is {found[jid]}" for jid in jids if found[jid] not in DEAD_STATUSES]
+    now = timezone.now()
+    alive = [
+        f"{jid} is {state_label(rows[jid], now)}" for jid in jids if found[jid] not in DEAD_STATUSES
+    ]
     if alive:
         raise CommandError(
-            f"Only dead letters (error, max_retry) can be retried, but {', '.join(alive)}; "
-            "leave those out."
+            "Only failed jobs (dead letters: error, max_retry) can be retried, but "
+            f"{', '.join(alive)}; leave those out."
         )
 
 
@@ -445,9 +437,21 @@ def _retry(
     if dry_run:
         command.stdout.write(f"Would retry {_dead_jobs(jobs.count())}.")
         return
-    count = maintenance.retry_jobs(jobs)
-    due = "it is" if count.dead == 1 else "they are"
-    command.stdout.write(f"Retried {_dead_jobs(count.dead)}; {due} due now.")
+    target = _retry_target(queue, job_type, jids)
+    counts = act_in_batches(jobs, "retry", cli_actor(), target=target)
+    dead = counts.get("dead", 0)
+    due = "it is" if dead == 1 else "they are"
+    command.stdout.write(f"Retried {_dead_jobs(dead)}; {due} due now.")
+
+
+def _retry_target(queue: str | None, job_type: str | None, jids: list[str] | None) -> str:
+    """What a retry acts on, in words, for the audit log."""
+    if jids is not None and len(jids) == 1 and queue is None and job_type is None:
+        return f"job {jids[0]}"
+    parts = [f"{name}={value}" for name, value in (("queue", queue), ("type", job_type)) if value]
+    if jids is not None:
+        parts.append(f"{len(jids)} jids")
+    return "dead jobs" + (" of " + ", ".join(parts) if parts else "")
 
 
 def _dead_jobs(count: int) -> str:
@@ -463,92 +467,11 @@ def _licence(command: Command, **options: Any) -> None:
     command.stdout.write(describe_licence(current_licence()))
 
 
-# schedules --------------------------------------------------------------
-
-
-def _schedules_arguments(parser: CommandParser) -> None:
-    _add_database(parser)
-    action = parser.add_mutually_exclusive_group()
-    for flag, help_text in (
-        ("--enable", "Enable this plan (repeatable); a cron plan starts at its next tick."),
-        ("--disable", "Disable this plan (repeatable)."),
-        ("--run-now", "Make one job of this plan now (repeatable); its next run stays."),
-    ):
-        action.add_argument(flag, action="append", type=_name, metavar="NAME", help=help_text)
-    action.add_argument(
-        "--sync",
-        action="store_true",
-        help="Write the declared plans (@job cron, JOBQUEUE['SCHEDULES']) now, as a "
-        "foreman does when it starts.",
-    )
-    parser.add_argument(
-        "--json", action="store_true", dest="as_json", help="Print JSON instead of a table."
-    )
-
-
-@subcommand(
+subcommand(
     "schedules",
     help="List the schedules with their next run (UTC); enable, disable, run now, sync.",
-    arguments=_schedules_arguments,
-)
-def _schedules(
-    command: Command,
-    *,
-    database: str | None,
-    enable: list[str] | None,
-    disable: list[str] | None,
-    run_now: list[str] | None,
-    sync: bool,
-    as_json: bool,
-    **options: Any,
-) -> None:
-    using = _jobs_database(database)
-    names = enable or disable or run_now
-    if names:
-        known = set(
-            ScheduleJob.objects.using(using).filter(name__in=names).values_list("name", flat=True)
-        )
-        missing = [name for name in names if name not in known]
-        if missing:
-            raise CommandError(
-                f"No schedule is named {', '.join(missing)}; run 'jobqueue schedules' to list them."
-            )
-    if enable or disable:
-        count = schedules.set_enabled(using, names or [], enabled=bool(enable))
-        command.stdout.write(f"{'Enabled' if enable else 'Disabled'} {count} schedule(s).")
-        return
-    if run_now:
-        for name in run_now:
-            command.stdout.write(f"{name}: job {schedules.run_now(using, name)}")
-        return
-    if sync:
-        counts = schedules.sync_declared_plans(using)
-        command.stdout.write(", ".join(f"{key} {value}" for key, value in counts.items()) + ".")
-        return
-    rows = [
-        schedules.plan_summary(plan) for plan in ScheduleJob.objects.using(using).order_by("name")
-    ]
-    if as_json:
-        command.stdout.write(json.dumps(rows, indent=2, sort_keys=True, default=str))
-        return
-    if not rows:
-        command.stdout.write("No schedules.")
-        return
-    header = ["name", "when", "enabled", "status", "source", "next_run_at", "last_outcome"]
-    table = [
-        [
-            str(row[key].isoformat() if hasattr(row[key], "isoformat") else row[key])
-            if row[key] is not None
-            else "-"
-            for key in header
-        ]
-        for row in rows
-    ]
-    widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
-    for line in [header, *table]:
-        command.stdout.write(
-            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        )
+    arguments=scheduling.arguments,
+)(scheduling.handle)
 
 
 subcommand(
@@ -560,6 +483,11 @@ subcommand(
     "pause", help="Pause a queue: workers stop claiming its jobs.", arguments=pausing.arguments
 )(pausing.pause)
 subcommand("resume", help="Resume a paused queue.", arguments=pausing.arguments)(pausing.resume)
+subcommand(
+    "cancel",
+    help="Cancel waiting jobs and ask running ones to stop, by jid or by queue.",
+    arguments=cancelling.arguments,
+)(cancelling.cancel)
 
 
 # The command --------------------------------------------------------------------

@@ -1,0 +1,153 @@
+"""A job's whole story for its console page (docs/console.md "A job's story").
+
+Enqueued by (``Job.origin``), claimed by (the lease owner, with the worker's host from
+the worker registry), started, finished, duration, each failed attempt with its error
+and worker, every operator action on it (the audit log), and one timeline of all of
+it to the millisecond. Also which actions apply to the job now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..models import AuditEntry, Job, JobStatus, Worker
+from ..store.audit import entries_for_job
+from ..store.states import state_label
+
+__all__ = ["Event", "actions_for", "attempts_of", "claimed_by", "origin_text", "timeline"]
+
+#: ``lease_owner`` of a job claimed through the gateway: this mark, then the worker's
+#: name (docs/gateway.md "Worker names").
+GATEWAY_OWNER_MARK = "gateway:"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of a job's timeline."""
+
+    #: When; None when the stored time is unreadable (listed first).
+    at: datetime | None
+    #: What happened, in words.
+    what: str
+    #: ``job``, ``attempt``, ``failed`` or ``operator``: the line's kind, for styling.
+    kind: str = "job"
+
+
+def actions_for(job: Job, now: datetime) -> list[str]:
+    """Return the actions that apply to ``job`` at ``now``, among retry, cancel, delete.
+
+    Retry: a dead letter, or a job scheduled for later (made due now). Cancel: a
+    waiting job, or a running one not yet asked to stop. Delete: any job not
+    running. A done job offers delete only.
+    """
+    actions = []
+    if job.is_dead or (job.waiting and job.run_at > now):
+        actions.append("retry")
+    if job.waiting or (job.status == JobStatus.PROCESSING and not job.cancel_requested):
+        actions.append("cancel")
+    if job.status != JobStatus.PROCESSING:
+        actions.append("delete")
+    return actions
+
+
+def origin_text(origin: str) -> str:
+    """Return ``Job.origin`` in words: ``code: app.views.signup``, ``gateway token billing``."""
+    if not origin:
+        return "unknown (enqueued before origins were stored)"
+    kind, _, name = origin.partition(":")
+    words = {
+        "code": "code",
+        "gateway": "gateway token",
+        "schedule": "schedule",
+        "console": "console user",
+        "admin": "admin user",
+        "cli": "command line",
+    }
+    if kind in words and name:
+        return f"{words[kind]} {name}"
+    return origin
+
+
+def claimed_by(job: Job) -> dict[str, str] | None:
+    """Return the worker that holds or last ran ``job``: name, host and kind; None if none.
+
+    ``lease_owner`` is ``host:pid:thread`` for a ``runworkers`` thread, or the
+    gateway mark and a worker name; the host comes from the worker registry when the
+    worker is still registered (one query by its unique name).
+    """
+    owner = job.lease_owner or ""
+    if not owner:
+        return None
+    if owner.startswith(GATEWAY_OWNER_MARK):
+        name = owner[len(GATEWAY_OWNER_MARK) :]
+        row = Worker.objects.using(job._state.db).filter(name=name).only("host").first()
+        return {"name": name, "host": row.host if row and row.host else "-", "kind": "gateway"}
+    parts = owner.split(":")
+    foreman = ":".join(parts[:2]) if len(parts) >= 2 else owner
+    row = Worker.objects.using(job._state.db).filter(name=foreman).only("host").first()
+    host = row.host if row and row.host else parts[0]
+    return {"name": owner, "host": host, "kind": "runworkers"}
+
+
+def _when(value: Any) -> datetime | None:
+    """An attempt's ``at`` (ISO text in the errors list) as an aware datetime, if it is one."""
+    if isinstance(value, datetime):
+        return value
+    try:
+        when = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def attempts_of(job: Job) -> list[dict[str, Any]]:
+    """Return the failed attempts of ``job``, oldest first: the errors list with ``at``
+    read as a datetime."""
+    return [
+        {**entry, "at_time": _when(entry.get("at"))}
+        for entry in job.errors or []
+        if isinstance(entry, dict)
+    ]
+
+
+def operator_actions(job: Job) -> list[AuditEntry]:
+    """Return the audit rows that name ``job``, oldest first."""
+    return entries_for_job(job._state.db or "default", job.jid, since=job.created_at)
+
+
+def _action_words(entry: AuditEntry) -> str:
+    who = f"{entry.source} {entry.actor}".strip()
+    return f"{entry.action} by {who}"
+
+
+def timeline(job: Job, audit: list[AuditEntry], now: datetime) -> list[Event]:
+    """Return ``job``'s events in time order: created, failed attempts, operator actions,
+    the current attempt's start, finished.
+
+    The current attempt's start is shown only once an attempt has started (``attempt``
+    1 or more): a retried job is back at attempt 0 and has not started yet.
+    """
+    origin = origin_text(job.origin)
+    events = [Event(job.created_at, f"enqueued by {origin}")]
+    for entry in attempts_of(job):
+        what = f"attempt {entry.get('attempt')} failed: {entry.get('exception_class') or '-'}"
+        if entry.get("worker"):
+            what += f" (on {entry['worker']})"
+        events.append(Event(entry["at_time"], what, "failed"))
+    for row in audit:
+        events.append(Event(row.at, _action_words(row), "operator"))
+    if job.started_at and job.attempt >= 1:
+        events.append(Event(job.started_at, f"attempt {job.attempt} started", "attempt"))
+    if job.finished_at:
+        events.append(Event(job.finished_at, f"finished: {state_label(job, now)}"))
+    earliest = datetime.min.replace(tzinfo=UTC)
+    return sorted(events, key=lambda e: e.at or earliest)
+
+
+def duration(job: Job) -> timedelta | None:
+    """The last attempt's run time: finished minus started; None until both are set."""
+    if job.started_at and job.finished_at and job.finished_at >= job.started_at:
+        return job.finished_at - job.started_at
+    return None

@@ -1,0 +1,124 @@
+"""The one table of state words: what people read for each stored status (docs/design.md#states).
+
+A job stores one of seven statuses (:class:`~django_jobqueue.models.JobStatus`); people
+read one of six state words, the public words of the id verbs (``Queue.list(state=...)``)
+and of the gateway's ``state`` field:
+
+==============  ======================================================
+stored status   state word
+==============  ======================================================
+``init``        ``scheduled`` while ``run_at`` is in the future, else ``waiting``
+``retry``       ``scheduled`` while ``run_at`` is in the future, else ``waiting``
+``processing``  ``running``
+``error``       ``failed`` (a dead letter)
+``max_retry``   ``failed`` (a dead letter)
+``done``        ``done``
+``cancelled``   ``cancelled``
+==============  ======================================================
+
+The console, the admin and the CLI show the word, and the stored status beside it
+where the two differ: ``failed (max_retry)``, ``waiting (retry)``. Stored values and
+the gateway's JSON field values never change here; this module only names them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from ..core.dbclock import Now
+from ..models import DEAD_STATUSES, JobStatus
+
+__all__ = [
+    "CANCELLED",
+    "DONE",
+    "FAILED",
+    "RUNNING",
+    "SCHEDULED",
+    "STATES",
+    "STATE_OF_STATUS",
+    "WAITING",
+    "state_filter",
+    "state_label",
+    "state_word",
+    "status_label",
+]
+
+#: The state words, in the order a job lives through them.
+SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED = (
+    "scheduled",
+    "waiting",
+    "running",
+    "failed",
+    "done",
+    "cancelled",
+)
+#: Every state word (the values ``Queue.list(state=...)`` and the console's filter take).
+STATES = (SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED)
+
+#: Each stored status's state word; ``init`` and ``retry`` are ``waiting`` here and
+#: ``scheduled`` while their ``run_at`` is in the future (:func:`state_word`).
+STATE_OF_STATUS: dict[str, str] = {
+    JobStatus.INIT: WAITING,
+    JobStatus.RETRY: WAITING,
+    JobStatus.PROCESSING: RUNNING,
+    JobStatus.ERROR: FAILED,
+    JobStatus.MAX_RETRY: FAILED,
+    JobStatus.DONE: DONE,
+    JobStatus.CANCELLED: CANCELLED,
+}
+
+
+def state_word(job: Any, now: datetime) -> str:
+    """Return the state word of ``job`` at ``now``.
+
+    Parameters
+    ----------
+    job
+        A ``Job`` (or anything with ``status``, ``waiting`` and ``run_at``).
+    now
+        An aware datetime: the database's clock where the caller has it.
+
+    Returns
+    -------
+    str
+        One of :data:`STATES`.
+    """
+    if job.waiting or job.status in (JobStatus.INIT, JobStatus.RETRY):
+        return SCHEDULED if job.run_at is not None and job.run_at > now else WAITING
+    return STATE_OF_STATUS.get(job.status, str(job.status))
+
+
+def status_label(word: str, status: str) -> str:
+    """Return ``word`` with the stored ``status`` beside it where they differ.
+
+    ``("failed", "max_retry")`` gives ``"failed (max_retry)"``; ``("done", "done")``
+    gives ``"done"``.
+    """
+    return word if word == status else f"{word} ({status})"
+
+
+def state_label(job: Any, now: datetime) -> str:
+    """Return the state word of ``job`` at ``now`` with its stored status where they differ."""
+    return status_label(state_word(job, now), str(job.status))
+
+
+def state_filter(word: str) -> Q:
+    """Return the filter of the jobs in state ``word`` (one of :data:`STATES`), by the
+    database clock.
+
+    Raises
+    ------
+    KeyError
+        If ``word`` is not a state word.
+    """
+    return {
+        SCHEDULED: Q(waiting=True, run_at__gt=Now()),
+        WAITING: Q(waiting=True, run_at__lte=Now()),
+        RUNNING: Q(status=JobStatus.PROCESSING),
+        FAILED: Q(status__in=DEAD_STATUSES),
+        DONE: Q(status=JobStatus.DONE),
+        CANCELLED: Q(status=JobStatus.CANCELLED),
+    }[word]
