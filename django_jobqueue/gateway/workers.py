@@ -221,9 +221,10 @@ def stop(request: HttpRequest, body: StopIn) -> Any:
 async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> Any:
     """Up to ``limit`` jobs of ``queues`` (and ``job_types``), each with a lease token.
 
-    Long-polls up to ``wait_ms`` (at most 30 s) when none is due: woken by NOTIFY on
-    PostgreSQL, polling every ``CLAIM_POLL_MS`` everywhere. An ``async`` view: under
-    ASGI the wait holds no thread. Under WSGI at most ``MAX_WAITING_CLAIMS`` claims
+    Long-polls up to ``wait_ms`` (at most 30 s) when none is due, with no query of
+    its own: the process's watcher (:mod:`.waiting`) wakes it when it finds a job for
+    it, at once on NOTIFY (PostgreSQL), else within ``CLAIM_POLL_MS``. An ``async``
+    view: under ASGI the wait holds no thread. Under WSGI at most ``MAX_WAITING_CLAIMS`` claims
     of a process wait at once; one more answers at once with no jobs and
     ``Retry-After: 1`` (s), so producers' requests keep a thread.
     """
@@ -290,18 +291,27 @@ async def _in_request_thread(func: Callable[..., Any], *args: Any) -> Any:
 async def _wait_for_jobs(
     run: Callable[..., Awaitable[Any]], using: str, owner: str, body: ClaimIn
 ) -> list[Job]:
-    """Claim again at each wake-up or poll until jobs come or ``wait_ms`` passed."""
+    """After a claim found nothing: claim again each time the process's watcher finds
+    a job for this claim (:mod:`.waiting`), until jobs come or ``wait_ms`` passed.
+    No query runs while it waits."""
     deadline = time.monotonic() + body.wait_ms / 1000
-    poll_s = get_config().GATEWAY.CLAIM_POLL_MS / 1000
-    jobs: list[Job] = []
-    with waiting.registered(using):
+    with waiting.registered(using, body.queues):
+        since = waiting.generation(body.queues)
         while True:
-            since = waiting.generation(body.queues)
-            jobs = await run(_claim_once, using, owner, body)
             left = deadline - time.monotonic()
-            if jobs or left <= 0:
+            if left <= 0:
+                return []
+            woken_for = await waiting.wait_async(since, left, body.queues, body.job_types)
+            if woken_for is None:
+                return []
+            since = waiting.generation(body.queues)
+            try:
+                jobs: list[Job] = await run(_claim_once, using, owner, body)
+            finally:
+                if woken_for:
+                    waiting.claimed(woken_for)
+            if jobs:
                 return jobs
-            await waiting.wait_async(since, min(poll_s, left), body.queues)
 
 
 def _held(request: HttpRequest, jid: str, lease_token: str) -> Job:
