@@ -307,8 +307,9 @@ export class Worker {
       );
       if (jobs !== undefined && jobs.length === 0 && waitMs > 0 && Date.now() - asked < waitMs / 2) {
         // No jobs long before the wait ended: a WSGI server at its cap of waiting
-        // claims answered at once (Retry-After: 1 s); claim again after it.
-        await sleep(1_000, this.stopper.signal);
+        // claims answered at once (Retry-After: the wait asked for); claim again
+        // after that wait, as if it had been waited.
+        await sleep(Math.max(1_000, waitMs), this.stopper.signal);
         continue;
       }
       for (const job of jobs ?? []) {
