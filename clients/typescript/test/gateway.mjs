@@ -19,6 +19,7 @@ export const JOB_TYPES = {
   "ts.slow": { queue: "ts-slow" },
   "ts.cli": { queue: "ts-cli" },
   "ts.lease": { queue: "ts-lease", max_retry: 3 },
+  "ts.drain": { queue: "ts-drain" },
 };
 
 function freePort() {
