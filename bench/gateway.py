@@ -7,7 +7,8 @@ extras)::
     .venv/bin/python bench/gateway.py                      # 500 singles, 5 batches of 1,000
     .venv/bin/python bench/gateway.py --singles 1000 --batches 10 --url postgres://...
 
-It creates (once) and migrates a scratch database, serves the example project with
+It creates (once) and migrates a scratch database, serves the example project (with
+``DJANGO_DEBUG=0``, as in production: no query log) with
 ``gunicorn --workers 2 --worker-class gthread --threads 4`` on 127.0.0.1 (as
 docs/gateway.md advises: keep-alive, and a long-polling claim holds a thread, not a
 process), with the example project's persistent connections, and times, each on an
@@ -128,7 +129,7 @@ def main() -> None:
         from bench import gateway_waits
 
         both = issue_token("bench-waits", queues=["*"], scopes=["produce", "work"])[1]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "DJANGO_DEBUG": "0"}
         print(f"PostgreSQL {args.url}; example_project on 127.0.0.1")
         gateway_waits.report(gateway_waits.run_legs(env, both, args.max_seconds))
         empty_jobs()
@@ -188,7 +189,7 @@ def main() -> None:
     in_bulk = timed(bulk_label, bulk, args.max_seconds)
 
     port = free_port()
-    server = start_gunicorn({**os.environ, "PYTHONUNBUFFERED": "1"}, port)
+    server = start_gunicorn({**os.environ, "PYTHONUNBUFFERED": "1", "DJANGO_DEBUG": "0"}, port)
     try:
         with Client(f"http://127.0.0.1:{port}/sdk", token) as jq:
             jq.enqueue(JOB_TYPE, payload, queue=QUEUE)  # warm both workers' imports

@@ -156,9 +156,11 @@ async def _producers(base: str, token: str, seconds: float, count: int = 4) -> l
 
 
 async def _waiting_claims(
-    base: str, token: str, count: int, stop: asyncio.Event, waiting: list[int]
+    base: str, token: str, count: int, stop: asyncio.Event, waiting: list[float]
 ) -> dict[str, int]:
-    """``count`` claimers long-poll until ``stop``; ``waiting[0]``: how many wait now."""
+    """``count`` claimers long-poll until ``stop``; ``waiting[0]``: how many wait now,
+    ``waiting[1]``: how many pause after a capped answer, ``waiting[2]``: when the
+    last answer came (time.monotonic() s)."""
     import httpx
 
     tally: dict[str, Any] = {"claims": 0, "capped": 0}
@@ -180,13 +182,18 @@ async def _waiting_claims(
                 finally:
                     waiting[0] -= 1
                 tally["claims"] += 1
+                waiting[2] = time.monotonic()
                 if response.status_code != 200:
                     tally["errors"] = tally.get("errors", 0) + 1
                     errors.setdefault(response.text[:200], 0)
                     errors[response.text[:200]] += 1
                 if "Retry-After" in response.headers:
                     tally["capped"] += 1
-                    await asyncio.sleep(float(response.headers["Retry-After"]))
+                    waiting[1] += 1
+                    try:
+                        await asyncio.sleep(float(response.headers["Retry-After"]))
+                    finally:
+                        waiting[1] -= 1
 
         tasks = [asyncio.create_task(claimer(n)) for n in range(count)]
         await stop.wait()
@@ -201,13 +208,18 @@ def producers_with_claims(base: str, token: str, claims: int, seconds: float) ->
 
     async def scenario() -> dict[str, Any]:
         stop = asyncio.Event()
-        waiting = [0]
+        waiting = [0, 0, 0.0]
         claimers = asyncio.create_task(_waiting_claims(base, token, claims, stop, waiting))
         if claims:
-            settle = time.monotonic() + 10
-            while waiting[0] < claims and time.monotonic() < settle:
+            # Producers start once every claim waits on the server or pauses after a
+            # capped answer, and no answer came for 0.5 s: under WSGI the first
+            # burst of claims has been served (its cost is not the steady state's).
+            settle = time.monotonic() + 60
+            while time.monotonic() < settle and (
+                waiting[0] + waiting[1] < claims or time.monotonic() - waiting[2] < 0.5
+            ):
                 await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)  # the requests reach the server and wait there
+            await asyncio.sleep(0.5)  # the last requests reach the server and wait there
         latencies = await _producers(base, token, seconds)
         stop.set()
         tally = await claimers

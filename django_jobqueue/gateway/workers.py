@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -221,11 +222,13 @@ def stop(request: HttpRequest, body: StopIn) -> Any:
 async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> Any:
     """Up to ``limit`` jobs of ``queues`` (and ``job_types``), each with a lease token.
 
-    Long-polls up to ``wait_ms`` (at most 30 s) when none is due: woken by NOTIFY on
-    PostgreSQL, polling every ``CLAIM_POLL_MS`` everywhere. An ``async`` view: under
-    ASGI the wait holds no thread. Under WSGI at most ``MAX_WAITING_CLAIMS`` claims
-    of a process wait at once; one more answers at once with no jobs and
-    ``Retry-After: 1`` (s), so producers' requests keep a thread.
+    Long-polls up to ``wait_ms`` (at most 30 s) when none is due, with no query of
+    its own: the process's watcher (:mod:`.waiting`) wakes it when it finds a job for
+    it, at once on NOTIFY (PostgreSQL), else within ``CLAIM_POLL_MS``. An ``async``
+    view: under ASGI the wait holds no thread. Under WSGI at most
+    ``MAX_WAITING_CLAIMS`` claims of a process wait at once; one more answers at once
+    with no jobs and ``Retry-After`` (s: its ``wait_ms``, rounded up, at least 1), so
+    producers' requests keep a thread.
     """
     token = require(request, "work", body.queues)
     using = jobs_database()
@@ -233,11 +236,8 @@ async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> 
     run = _in_claim_pool if asgi else _in_request_thread
     if asgi:  # the token's lookup opened one; a waiting claim must not hold it
         await sync_to_async(_release_connections)()
-    if body.worker:
-        await run(_check_worker_name, using, token, body.worker)
     owner = (OWNER_MARK + (body.worker or token.name))[:200]
-    await run(_reap_now_and_then, using)
-    jobs = await run(_claim_once, using, owner, body)
+    jobs = await run(_first_claim, using, token, owner, body)
     if not jobs and body.wait_ms > 0:
         if asgi:
             jobs = await _wait_for_jobs(run, using, owner, body)
@@ -246,10 +246,49 @@ async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> 
                 if free:
                     jobs = await _wait_for_jobs(run, using, owner, body)
                 else:
-                    response["Retry-After"] = "1"
-    if body.worker:
+                    response["Retry-After"] = str(capped_retry_after_s(body.wait_ms))
+    if body.worker and (jobs or _due_to_be_seen(using, body.worker)):
         await run(_seen, using, body.worker)
     return {"jobs": [_claimed(job) for job in jobs]}
+
+
+def capped_retry_after_s(wait_ms: int) -> int:
+    """``Retry-After`` (s) of a claim over the WSGI cap: the wait it asked for, >= 1.
+
+    The claim is answered as if it had waited ``wait_ms`` for nothing, so a fleet
+    of workers over the cap comes back at the pace of its long-polls (200 workers
+    waiting 5 s: 40 claims a second) rather than every second (200 a second), and
+    their claims keep the process's threads for producers.
+    """
+    return max(1, math.ceil(wait_ms / 1000))
+
+
+def _first_claim(using: str, token: ApiToken, owner: str, body: ClaimIn) -> list[Job]:
+    """The claim route's work before any wait, in one trip to a thread: the worker
+    name's check (403), the occasional reap, and the first claim."""
+    if body.worker:
+        _check_worker_name(using, token, body.worker)
+    _reap_now_and_then(using)
+    return _claim_once(using, owner, body)
+
+
+#: When this process last refreshed each worker's ``last_seen_at`` from a claim that
+#: got no job (time.monotonic() s), so an idle worker's claims write it at most every
+#: ``HEARTBEAT_MS / 2``: well within the three heartbeats that count it alive.
+_seen_at: dict[tuple[str, str], float] = {}
+_seen_lock = threading.Lock()
+
+
+def _due_to_be_seen(using: str, name: str) -> bool:
+    every_s = get_config().HEARTBEAT_MS / 2000
+    now = time.monotonic()
+    with _seen_lock:
+        if now - _seen_at.get((using, name), -every_s) < every_s:
+            return False
+        if len(_seen_at) >= 10_000:
+            _seen_at.clear()
+        _seen_at[(using, name)] = now
+    return True
 
 
 #: Threads that run the claim route's queries under ASGI, each keeping its own
@@ -290,18 +329,27 @@ async def _in_request_thread(func: Callable[..., Any], *args: Any) -> Any:
 async def _wait_for_jobs(
     run: Callable[..., Awaitable[Any]], using: str, owner: str, body: ClaimIn
 ) -> list[Job]:
-    """Claim again at each wake-up or poll until jobs come or ``wait_ms`` passed."""
+    """After a claim found nothing: claim again each time the process's watcher finds
+    a job for this claim (:mod:`.waiting`), until jobs come or ``wait_ms`` passed.
+    No query runs while it waits."""
     deadline = time.monotonic() + body.wait_ms / 1000
-    poll_s = get_config().GATEWAY.CLAIM_POLL_MS / 1000
-    jobs: list[Job] = []
-    with waiting.registered(using):
+    with waiting.registered(using, body.queues):
+        since = waiting.generation(body.queues)
         while True:
-            since = waiting.generation(body.queues)
-            jobs = await run(_claim_once, using, owner, body)
             left = deadline - time.monotonic()
-            if jobs or left <= 0:
+            if left <= 0:
+                return []
+            woken_for = await waiting.wait_async(since, left, body.queues, body.job_types)
+            if woken_for is None:
+                return []
+            since = waiting.generation(body.queues)
+            try:
+                jobs: list[Job] = await run(_claim_once, using, owner, body)
+            finally:
+                if woken_for:
+                    waiting.claimed(woken_for)
+            if jobs:
                 return jobs
-            await waiting.wait_async(since, min(poll_s, left), body.queues)
 
 
 def _held(request: HttpRequest, jid: str, lease_token: str) -> Job:

@@ -17,8 +17,10 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.test import AsyncClient, override_settings
 
-from django_jobqueue import enqueue_job
+from django_jobqueue import enqueue_job, storage
 from django_jobqueue.gateway import waiting
+from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store import pauses
 from tests.gateway.conftest import Api
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,10 +57,10 @@ def test_asgi_claims_wait_without_threads_and_a_producer_is_served(make_token):
         ]
         # Every claim waits on an event (none holds a thread) before the producer runs.
         for _ in range(6000):
-            if len(waiting._async_waiters) == count:
+            if waiting.waiters() == count:
                 break
             await asyncio.sleep(0.01)
-        assert len(waiting._async_waiters) == count
+        assert waiting.waiters() == count
         produced = await client.post(
             "/sdk/jobs",
             {"job_type": "gw.echo", "payload": {}, "queue": "gw"},
@@ -76,7 +78,7 @@ def test_asgi_claims_wait_without_threads_and_a_producer_is_served(make_token):
     assert status == 201
     assert all(answer.status_code == 200 for answer in answers)
     assert sum(len(answer.json()["jobs"]) for answer in answers) == count
-    assert not waiting._async_waiters
+    assert waiting.waiters() == 0
 
 
 def test_wsgi_claims_over_the_cap_answer_at_once_with_retry_after(make_token):
@@ -96,7 +98,7 @@ def test_wsgi_claims_over_the_cap_answer_at_once_with_retry_after(make_token):
         over = api.post(CLAIM, {"queues": ["gw"], "wait_ms": 30_000})
         assert over.status_code == 200
         assert over.json() == {"jobs": []}
-        assert over["Retry-After"] == "1"
+        assert over["Retry-After"] == "30"  # its wait_ms, s: back at a long-poll's pace
         assert waiting.waiting_claims() == 1  # the first still waits
         # A claim that does not wait is not capped.
         assert api.post(CLAIM, {"queues": ["gw"], "wait_ms": 0}).json() == {"jobs": []}
@@ -112,26 +114,129 @@ def test_max_waiting_claims_zero_never_waits_under_wsgi(make_token):
     api = Api(make_token())
     with override_settings(JOBQUEUE={"GATEWAY": {"MAX_WAITING_CLAIMS": 0}}):
         answer = api.post(CLAIM, {"queues": ["gw"], "wait_ms": 30_000})
-    assert answer.json() == {"jobs": []} and answer["Retry-After"] == "1"
+    assert answer.json() == {"jobs": []} and answer["Retry-After"] == "30"
 
 
-@pytest.mark.django_db(transaction=False)
-def test_a_wake_up_wakes_only_the_claims_of_its_queue():
-    async def scenario() -> tuple[bool, bool, bool]:
-        since_a = waiting.generation(["a"])
-        since_b = waiting.generation(["b"])
-        wait_a = asyncio.ensure_future(waiting.wait_async(since_a, 30, ["a"]))
-        wait_b = asyncio.ensure_future(waiting.wait_async(since_b, 30, ["b"]))
-        while len(waiting._async_waiters) < 2:
+def _claims_in(*queues_of_claims: list[str], wait_ms: int, headers: dict) -> list:
+    """Start one ASGI claim per entry (its queues) that waits up to ``wait_ms``."""
+    client = AsyncClient()
+    return [
+        asyncio.ensure_future(
+            client.post(
+                CLAIM,
+                {"queues": queues, "wait_ms": wait_ms, "worker": f"w{n}"},
+                content_type="application/json",
+                headers=headers,
+            )
+        )
+        for n, queues in enumerate(queues_of_claims)
+    ]
+
+
+async def _until_waiting(count: int) -> None:
+    for _ in range(6000):
+        if waiting.waiters() == count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not {count} claims waiting within 60 s")
+
+
+def test_a_job_wakes_one_claim_of_its_queue_and_waiting_claims_run_no_claim(
+    make_token, monkeypatch
+):
+    """While claims wait they run no claim query (the watcher polls for them); a job
+    wakes one claim of its queue, not every claim, nor a claim of another queue."""
+    headers = {"Authorization": f"Bearer {make_token()}"}
+    claims: list[list[str]] = []
+    real_claim = storage.claim
+
+    def counting_claim(using: str, **kwargs):
+        claims.append(list(kwargs["queues"]))
+        return real_claim(using, **kwargs)
+
+    monkeypatch.setattr(storage, "claim", counting_claim)
+
+    async def scenario() -> tuple[list, list, int]:
+        waits = _claims_in(*([["a"]] * 10 + [["b"]] * 10), wait_ms=30_000, headers=headers)
+        await _until_waiting(20)
+        before = len(claims)
+        await asyncio.sleep(1.0)  # 20 polls of the watcher at CLAIM_POLL_MS 50
+        idle = len(claims) - before
+        jid = (await sync_to_async(enqueue_job)("a", "gw.echo", {}))["jid"]
+        for _ in range(6000):
+            if any(w.done() for w in waits):
+                break
             await asyncio.sleep(0.01)
-        await asyncio.to_thread(waiting._woken, "a")  # as the listener thread does
-        await asyncio.wait_for(wait_a, 30)
-        b_waits_on = not wait_b.done()
-        await asyncio.to_thread(waiting._woken, "")  # every queue
-        await asyncio.wait_for(wait_b, 30)
-        stale = waiting.generation(["a"]) != since_a
-        return wait_a.done(), b_waits_on, stale
+        await asyncio.sleep(0.5)  # any other claim it woke would have claimed by now
+        woken = [c for c in claims[before:] if c]
+        done = [w for w in waits if w.done()]
+        for _ in range(19):  # end the others
+            await sync_to_async(enqueue_job)("a", "gw.echo", {})
+            await sync_to_async(enqueue_job)("b", "gw.echo", {})
+        answers = await asyncio.gather(*waits)
+        return [jid], [d.result().json()["jobs"] for d in done], idle, woken, answers
 
-    woke_a, b_kept_waiting, counted = asyncio.run(scenario())
-    assert woke_a and b_kept_waiting and counted
-    assert not waiting._async_waiters
+    with override_settings(JOBQUEUE={"GATEWAY": {"CLAIM_POLL_MS": 50}}):
+        jids, done, idle, woken, answers = asyncio.run(scenario())
+    assert idle == 0  # 20 claims waited 1 s: no claim query among them
+    assert [[job["jid"] for job in jobs] for jobs in done] == [jids]  # one claim ended
+    assert woken == [["a"]]  # and only one claim (of queue a) was woken to claim
+    assert all(answer.status_code == 200 for answer in answers)
+    assert waiting.waiters() == 0
+
+
+def test_a_claim_waiting_on_a_paused_queue_gets_no_job(make_token):
+    """A pause holds for a claim that waits: the job enqueued meanwhile stays."""
+    headers = {"Authorization": f"Bearer {make_token()}"}
+
+    async def scenario() -> tuple[int, list]:
+        (wait,) = _claims_in(["held"], wait_ms=1_500, headers=headers)
+        await _until_waiting(1)
+        await sync_to_async(pauses.pause_queue)("default", "held")
+        jid = (await sync_to_async(enqueue_job)("held", "gw.echo", {}))["jid"]
+        answer = await wait
+        return jid, answer.json()["jobs"]
+
+    with override_settings(JOBQUEUE={"GATEWAY": {"CLAIM_POLL_MS": 50}}):
+        jid, jobs = asyncio.run(scenario())
+    assert jobs == []
+    assert Job.objects.get(jid=jid).status == JobStatus.INIT
+    pauses.resume_queue("default", "held")
+
+
+def test_a_job_that_becomes_due_wakes_a_waiting_claim(make_token):
+    """No wake-up is sent when a delayed job becomes due: the watcher's poll finds it."""
+    api = Api(make_token())
+    jid = enqueue_job("gw", "gw.echo", {}, delay="1s")["jid"]
+    with override_settings(JOBQUEUE={"GATEWAY": {"CLAIM_POLL_MS": 50}}):
+        answer = api.post(CLAIM, {"queues": ["gw"], "wait_ms": 20_000})
+    assert [job["jid"] for job in answer.json()["jobs"]] == [jid]
+
+
+def test_the_watcher_wakes_only_claims_that_run_the_job_type(make_token):
+    headers = {"Authorization": f"Bearer {make_token()}"}
+    client = AsyncClient()
+
+    async def scenario() -> tuple[list, list]:
+        def claim(job_types: list[str]):
+            return asyncio.ensure_future(
+                client.post(
+                    CLAIM,
+                    {"queues": ["gw"], "job_types": job_types, "wait_ms": 20_000},
+                    content_type="application/json",
+                    headers=headers,
+                )
+            )
+
+        other, echo = claim(["pdf.render"]), claim(["gw.echo"])
+        await _until_waiting(2)
+        jid = (await sync_to_async(enqueue_job)("gw", "gw.echo", {}))["jid"]
+        got = (await echo).json()["jobs"]
+        assert not other.done()
+        other.cancel()
+        return [jid], [job["jid"] for job in got]
+
+    external = {"GATEWAY": {"CLAIM_POLL_MS": 50, "JOB_TYPES": {"pdf.render": {"queue": "gw"}}}}
+    with override_settings(JOBQUEUE=external):
+        expected, got = asyncio.run(scenario())
+    assert got == expected

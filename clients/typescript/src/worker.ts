@@ -197,7 +197,11 @@ export class Worker {
     return this.stopper.signal.aborted;
   }
 
-  /** Stop claiming; {@link run} resolves once the running jobs have been reported. */
+  /**
+   * Stop claiming; {@link run} resolves once the running jobs have been reported. A
+   * claim in flight is not abandoned: the stop waits for it (at most `waitMs`) and
+   * runs the jobs it brings.
+   */
   stop(): void {
     if (!this.stopping) {
       this.logger.info(`stopping: ${this.running.size} running job(s) finish first`);
@@ -270,7 +274,7 @@ export class Worker {
         return await fn();
       } catch (error) {
         if (this.stopping && !(error instanceof GatewayError)) {
-          return undefined; // the claim was aborted by stop()
+          return undefined; // stopping: an unreachable gateway is not tried again
         }
         if (!(error instanceof Unavailable || error instanceof RateLimited)) {
           throw error;
@@ -302,13 +306,16 @@ export class Worker {
             worker: this.name,
             leaseMs: this.leaseMs,
           },
-          this.stopper.signal,
+          // Not aborted by stop(): the server's claim would go on waiting, and the
+          // jobs it then leased would be held by no one until their lease expired.
+          // A stop waits for the claim (at most waitMs) and runs the jobs it brings.
         ),
       );
       if (jobs !== undefined && jobs.length === 0 && waitMs > 0 && Date.now() - asked < waitMs / 2) {
         // No jobs long before the wait ended: a WSGI server at its cap of waiting
-        // claims answered at once (Retry-After: 1 s); claim again after it.
-        await sleep(1_000, this.stopper.signal);
+        // claims answered at once (Retry-After: the wait asked for); claim again
+        // after that wait, as if it had been waited.
+        await sleep(Math.max(1_000, waitMs), this.stopper.signal);
         continue;
       }
       for (const job of jobs ?? []) {

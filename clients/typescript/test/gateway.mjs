@@ -20,6 +20,7 @@ export const JOB_TYPES = {
   "ts.cli": { queue: "ts-cli" },
   "ts.lease": { queue: "ts-lease", max_retry: 3 },
   "ts.pause": { queue: "ts-pause" },
+  "ts.drain": { queue: "ts-drain" },
 };
 
 function freePort() {

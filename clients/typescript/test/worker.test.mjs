@@ -128,6 +128,28 @@ test("a lost lease drops the outcome: the complete answers 409 and the new holde
   assert.deepEqual(await running, { claimed: 1, done: 0, failed: 0, cancelled: 0, leaseLost: 1 });
 });
 
+test("a stop does not abandon a claim in flight: the job it brings runs to done", { timeout: 60_000 }, async () => {
+  // An aborted long-poll would leave the server's claim waiting: the job enqueued
+  // after the stop would be leased to no one (running) until its lease expired.
+  const logger = memoryLogger();
+  const ran = [];
+  const worker = new Worker(
+    { "ts.drain": async (payload, ctx) => (ran.push(ctx.jid), "drained") },
+    { url: gateway.url, token, queues: ["ts-drain"], waitMs: 10_000, handleSignals: false, logger },
+  );
+  const running = worker.run();
+  await until(() => logger.lines.some((line) => line.includes("registered")), 15_000, "the worker registered");
+  await sleep(500); // its claim reached the gateway and waits there
+  worker.stop();
+  const { jid } = await client.enqueue("ts.drain", { n: 1 });
+  const stats = await running;
+  assert.deepEqual(ran, [jid]);
+  assert.deepEqual(stats, { claimed: 1, done: 1, failed: 0, cancelled: 0, leaseLost: 0 });
+  const job = await client.getJob(jid);
+  assert.equal(job.state, "done");
+  assert.equal(job.result, "drained");
+});
+
 function startCli(args) {
   const child = spawn(process.execPath, [CLI, ...args], {
     env: { ...process.env, JQ_URL: gateway.url, JQ_TOKEN: token },

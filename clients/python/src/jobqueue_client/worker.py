@@ -311,8 +311,9 @@ class Worker:
                     failures = 0
                     if not jobs and wait_ms and time.monotonic() - asked < wait_ms / 2000:
                         # No jobs long before the wait ended: a WSGI server at its cap of
-                        # waiting claims answered at once (Retry-After: 1); claim later.
-                        self._stop.wait(_CAPPED_PAUSE_S)
+                        # waiting claims answered at once (Retry-After: the wait asked
+                        # for); claim again after that wait, as if it had been waited.
+                        self._stop.wait(max(_CAPPED_PAUSE_S, wait_ms / 1000))
                         continue
                 except GatewayError as exc:
                     failures += 1
@@ -466,7 +467,8 @@ def _context(job: ClaimedJob, worker: str) -> JobContext:
     return ctx
 
 
-#: Pause (s) after a claim answered empty at once: the server's Retry-After.
+#: Shortest pause (s) after a claim answered empty at once; the pause is the claim's
+#: ``wait_ms``, the server's Retry-After.
 _CAPPED_PAUSE_S = 1.0
 
 
