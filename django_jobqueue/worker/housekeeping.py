@@ -287,16 +287,28 @@ class ForemanThreads:
         """Extend the leases of ``running``; False if the write failed."""
         if not running:
             return True
+        started = [r for r in running if r.start_unrecorded]
         try:
-            alive, cancel = storage.heartbeat([r.job for r in running], lease_ms=self.lease_ms)
+            alive, cancel = storage.heartbeat(
+                [r.job for r in running],
+                lease_ms=self.lease_ms,
+                started=[r.job.pk for r in started],
+            )
         except Exception:
             logger.warning("heartbeat failed", exc_info=True)
             recycle_connections()
             return False
+        for r in started:
+            r.start_unrecorded = False
         for r in running:
             if r.job.pk in cancel:
                 r.ctx.mark_cancelled()
             if r.job.pk not in alive and not r.ctx.lease_lost:
+                # A beat that crossed the job's own outcome write found it no longer
+                # processing: not a lost lease. Were the lease lost, that write says
+                # so itself (storage logs "lease lost, ... not stored").
+                if r.ctx.storing:
+                    continue
                 with self._running_lock:
                     finished = self._running.get(r.job.pk) is not r
                 if finished:
