@@ -28,6 +28,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from django.db import connections
+
 from .. import storage
 from ..models import Job
 from ..store.wakeups import notify_on_commit
@@ -37,6 +39,9 @@ from .governor import Governor
 from .options import MAX_EXTRA_PER_SLOT, SHORT_TYPE_MS, _Running
 
 __all__ = ["ForemanClaims"]
+
+#: How many of a job type's last run times its median is taken over.
+_TYPE_RUNS = 5
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +60,7 @@ class ForemanClaims:
     external_types: frozenset[str]
     recent_run_ms: float
     type_run_ms: dict[str, float]
+    _type_runs: dict[str, collections.deque[float]]
     claims: int
     largest_claim: int
     _adaptive_prefetch: bool
@@ -129,16 +135,28 @@ class ForemanClaims:
         run_ms = self.type_run_ms.get(job_type)
         return run_ms is not None and run_ms <= SHORT_TYPE_MS
 
+    def _record_run(self, job_type: str, run_ms: float) -> None:
+        """Note a run of ``job_type`` that took ``run_ms`` ms (its handler, from its start).
+
+        The median of the last :data:`_TYPE_RUNS` runs: a first run slowed by a
+        process's warm-up does not keep a short type from being short.
+        """
+        runs = self._type_runs.get(job_type)
+        if runs is None:
+            runs = self._type_runs[job_type] = collections.deque(maxlen=_TYPE_RUNS)
+        runs.append(run_ms)
+        self.type_run_ms[job_type] = sorted(runs)[len(runs) // 2]
+
     def _prefetch_now(self) -> int:
         """Jobs the next claim may take beyond the free slots: none until a short job
-        type is known; else :attr:`prefetch` when set, or one plus as many as the
-        recent jobs fit in ``prefetch_ms`` across the slots, bounded."""
+        type is known; else :attr:`prefetch` when set, or as many as the recent jobs
+        fit in ``prefetch_ms`` across the slots, bounded."""
         if not any(run_ms <= SHORT_TYPE_MS for run_ms in self.type_run_ms.values()):
             return 0
         if not self._adaptive_prefetch:
             return self.prefetch
         fits = self.prefetch_ms * self.concurrency / max(self.recent_run_ms, 0.01)
-        return 1 + min(MAX_EXTRA_PER_SLOT * self.concurrency, int(fits))
+        return min(MAX_EXTRA_PER_SLOT * self.concurrency, int(fits))
 
     def _take_held(self) -> _Running | None:
         while True:
@@ -159,15 +177,21 @@ class ForemanClaims:
         docs/design.md#execution). A job of a short type (:meth:`is_short`) starts
         with no write: its start is stored by the next heartbeat or its outcome,
         whichever is first. Any other job stores its start first (one guarded
-        write), so a job that kills its process counts that attempt.
+        write, after the batched successes waiting), so a job that kills its process
+        counts that attempt, and the jobs done before it do not run again.
         """
         job = running.job
         if job.started_at is None:
             if self.is_short(job.job_type):
                 running.start_unrecorded = True
-            elif not storage.mark_started(job):
-                running.ctx.mark_lease_lost()
-                return False
+            else:
+                if self.completer is not None:
+                    # The successes waiting to be written land first: were this job
+                    # to end the process, they would run again.
+                    self.completer.flush()
+                if not storage.mark_started(job):
+                    running.ctx.mark_lease_lost()
+                    return False
         # The claim's time by the database clock: what expiry and the attempt log read.
         job.started_at = job.started_at or job.heartbeat_at
         return True
@@ -223,27 +247,30 @@ class ForemanClaims:
         Claims that prefetch queue their held jobs here as one batch; the thread
         sleeps until the oldest batch's deadline, then withdraws what no runner took.
         """
-        while not self._done.is_set():
-            with self._hold_cond:
-                if not self._held_batches:
-                    self._hold_cond.wait(1.0)
+        try:
+            while not self._done.is_set():
+                with self._hold_cond:
+                    if not self._held_batches:
+                        self._hold_cond.wait(1.0)
+                        continue
+                    deadline, batch = self._held_batches[0]
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._done.wait(left)
                     continue
-                deadline, batch = self._held_batches[0]
-            left = deadline - time.monotonic()
-            if left > 0:
-                self._done.wait(left)
-                continue
-            with self._hold_cond:
-                if self._held_batches and self._held_batches[0][1] is batch:
-                    self._held_batches.popleft()
-            late = self._withdraw(batch)
-            if late:
-                given = self._give_back(late, None)
-                logger.info(
-                    "prefetched jobs not started within hold_ms=%d went back jobs=%d",
-                    self.hold_ms,
-                    given,
-                )
+                with self._hold_cond:
+                    if self._held_batches and self._held_batches[0][1] is batch:
+                        self._held_batches.popleft()
+                late = self._withdraw(batch)
+                if late:
+                    given = self._give_back(late, None)
+                    logger.info(
+                        "prefetched jobs not started within hold_ms=%d went back jobs=%d",
+                        self.hold_ms,
+                        given,
+                    )
+        finally:
+            connections.close_all()  # the hand-backs' session of this thread
 
     def _claim_batch(self, worker: str, *, keep_first: bool) -> _Running | None:
         """Under the claim lock: claim a batch; return its first job when
@@ -255,7 +282,11 @@ class ForemanClaims:
         # A runner's own claim is for its free slot at least.
         free = self.concurrency - self._busy - (0 if keep_first else 1)
         held = len(self._inbox)
+        # The first ``for_slots`` jobs have a free slot now; on a claim ahead the next
+        # one waits for the claimer's slot, behind the (short) job it holds. Any
+        # other is prefetched: of a short type only, and held no longer than hold_ms.
         for_slots = max(1 if keep_first else 0, free - held)
+        any_type = for_slots if keep_first else max(1, for_slots)
         want = max(1 if keep_first else 0, free) + self._prefetch_now() - held
         if want <= 0:
             return None
@@ -277,14 +308,14 @@ class ForemanClaims:
         over = [job for job, ok in zip(jobs, accepted, strict=True) if not ok]
         kept = []
         for position, (job, ok) in enumerate(zip(jobs, accepted, strict=True)):
-            if ok and position >= for_slots and not self.is_short(job.job_type):
+            if ok and position >= any_type and not self.is_short(job.job_type):
                 # Beyond the free slots, of a job type not known short: a prefetch
                 # must not make it wait a long job's time. Back, in place, unspent.
                 self.governor.del_job(job.job_type)
                 over.append(job)
             elif ok:
                 kept.append(job)
-        prefetched = {job.pk for job in kept[for_slots:]}
+        prefetched = {job.pk for job in kept[for_slots:]}  # held against the hold time
         jobs = kept
         for job in over:  # more than the room of a limited type, or not short: back
             storage.hand_back(job, message=None, keep_place=True)

@@ -44,7 +44,7 @@ from ..core.validation import check_json
 from ..models import Job, JobStatus
 from ..store.registry import get_job_description
 from .completer import Completer
-from .connections import check_before_handler, recycle_connections
+from .connections import check_before_handler, handler_statements, recycle_connections
 from .context import JobContext
 from .middleware import Handler, Middleware, apply_middleware
 
@@ -254,7 +254,8 @@ def execute(
     result: Any = None
     check_before_handler()  # its first query meets no connection that died idle
     try:
-        result = handler(job.payload, ctx)
+        with handler_statements():  # nor one that died while the handler computed
+            result = handler(job.payload, ctx)
     except Exception as exc:  # noqa: BLE001 (stored as the attempt's failure)
         error = exc
     finally:

@@ -144,8 +144,10 @@ class Foreman(ForemanClaims, ForemanThreads):
         self.hold_ms = max(MIN_HOLD_MS, HOLD_FACTOR * self.prefetch_ms)
         #: Moving average of this foreman's handler run times, ms.
         self.recent_run_ms = float(SHORT_JOB_MS)
-        #: The same per job type (only types that ran here): which are short.
+        #: Per job type that ran here, the median of its last run times, ms: which
+        #: types are short (:meth:`is_short`).
         self.type_run_ms: dict[str, float] = {}
+        self._type_runs: dict[str, collections.deque[float]] = {}
         #: Gateway job types (``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``): they have no
         #: Python handler, so this foreman never claims them; gateway workers do.
         self.external_types = frozenset(get_config().GATEWAY.JOB_TYPES)
@@ -566,10 +568,7 @@ class Foreman(ForemanClaims, ForemanThreads):
             # runners may lose an update: it only steers the prefetch).
             run_ms = (time.monotonic() - running.started) * 1000
             self.recent_run_ms += (run_ms - self.recent_run_ms) / 20
-            known = self.type_run_ms.get(job.job_type)
-            self.type_run_ms[job.job_type] = (
-                run_ms if known is None else known + (run_ms - known) / 5
-            )
+            self._record_run(job.job_type, run_ms)
             if status == executor.PENDING:
                 pending = running.storing = True
             elif status is not None:

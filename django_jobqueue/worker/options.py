@@ -34,8 +34,8 @@ SHORT_JOB_MS = 5
 #: average, ms) is known and at most this: only short types are prefetched, and a
 #: short job starts without a write of its own (its start is stored with its
 #: outcome or the next heartbeat). Any other job stores its start before its
-#: handler runs: one statement, at most a few percent of a job this long.
-SHORT_TYPE_MS = 20
+#: handler runs: one statement, about 1% of a job this long.
+SHORT_TYPE_MS = 100
 #: A prefetched job that has not started this many prefetch budgets
 #: (``PREFETCH_MS``) after its claim goes back to the queue, ...
 HOLD_FACTOR = 5
