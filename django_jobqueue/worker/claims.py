@@ -226,11 +226,20 @@ class ForemanClaims:
         return given
 
     def _hand_back_held(self, message: str | None) -> int:
-        """Hand back every held job no runner took yet (a stop, a crash); return how many."""
-        held = self._withdraw(list(self._drain_inbox()))
-        with self._hold_cond:
-            self._held_batches.clear()
-        return self._give_back(held, message)
+        """Hand back every held job no runner took yet (a stop, a crash); return how many.
+
+        Under the claim lock as the hold thread's hand-backs, but a claim stuck on an
+        unreachable database delays a stop by 5 s at most.
+        """
+        locked = self._claim_lock.acquire(timeout=5)
+        try:
+            held = self._withdraw(list(self._drain_inbox()))
+            with self._hold_cond:
+                self._held_batches.clear()
+            return self._give_back(held, message)
+        finally:
+            if locked:
+                self._claim_lock.release()
 
     def _drain_inbox(self) -> list[_Running]:
         taken: list[_Running] = []
@@ -261,9 +270,12 @@ class ForemanClaims:
                 with self._hold_cond:
                     if self._held_batches and self._held_batches[0][1] is batch:
                         self._held_batches.popleft()
-                late = self._withdraw(batch)
+                # Under the claim lock: no claim runs while they are withdrawn but still
+                # leased, so the next claim takes them again first (claim order holds).
+                with self._claim_lock:
+                    late = self._withdraw(batch)
+                    given = self._give_back(late, None) if late else 0
                 if late:
-                    given = self._give_back(late, None)
                     logger.info(
                         "prefetched jobs not started within hold_ms=%d went back jobs=%d",
                         self.hold_ms,
