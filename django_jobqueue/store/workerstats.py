@@ -522,6 +522,35 @@ class CreateStats:
             aliases = list(self._buffers)
         return sum(self.flush(using) for using in aliases)
 
+    def discard(self, using: str) -> int:
+        """Drop the counts of ``using`` not written (a process exiting without its
+        database); return how many rows they were."""
+        with self._lock:
+            buffer = self._buffers.pop(using, None)
+            self._since.pop(using, None)
+            self._asked.pop(using, None)
+        return 0 if buffer is None else len(buffer)
+
+    def flush_at_exit(self) -> None:
+        """The exit hook: write what is left; a failure is one warning line per
+        database, without a traceback (the process is exiting), and never raises."""
+        with self._lock:
+            aliases = list(self._buffers)
+        for using in aliases:
+            try:
+                with self._lock:
+                    buffer = self._buffers.pop(using, None)
+                if buffer is not None and len(buffer):
+                    buffer.flush(using)
+            except Exception as exc:  # noqa: BLE001 (an exit hook never raises)
+                text = str(exc).strip()
+                logger.warning(
+                    "deduplicated counts not written at exit using=%s rows=%d (%s)",
+                    using,
+                    len(buffer) if buffer is not None else 0,
+                    text.splitlines()[0] if text else type(exc).__name__,
+                )
+
     def clear(self) -> None:
         """Drop every count not written (tests, between cases)."""
         with self._lock:
@@ -532,7 +561,7 @@ class CreateStats:
 
 #: The process's deduplicated counts; written at exit too.
 create_stats = CreateStats()
-atexit.register(create_stats.flush_all)
+atexit.register(create_stats.flush_at_exit)
 
 
 def count_deduplicated(specs: Sequence[Any], answers: Sequence[Any]) -> None:

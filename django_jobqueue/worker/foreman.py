@@ -48,7 +48,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from .. import storage
 from ..core.conf import get_config
@@ -432,7 +432,14 @@ class Foreman(ForemanClaims, ForemanThreads):
                     runner = executor.Runner(f"{name}-runner")
                     continue
                 if call.error is not None:
-                    logger.error("worker cycle failed worker=%s", name, exc_info=call.error)
+                    if isinstance(call.error, (OperationalError, InterfaceError)):
+                        # The database is unreachable: its first line says it, once a try.
+                        first = str(call.error).strip() or type(call.error).__name__
+                        logger.warning(
+                            "worker cycle failed worker=%s (%s)", name, first.splitlines()[0]
+                        )
+                    else:
+                        logger.error("worker cycle failed worker=%s", name, exc_info=call.error)
                     self._wait(self.max_sleep_ms / 1000)
                     continue
                 if call.value:

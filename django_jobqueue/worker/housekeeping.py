@@ -33,7 +33,7 @@ from django.db import connections
 
 from .. import storage
 from ..core.conf import get_config
-from ..core.reconnect import retry_on_disconnect
+from ..core.reconnect import close_dead, retry_on_disconnect
 from ..models import JobStatus
 from ..store.workerstats import (
     StatsBuffer,
@@ -50,7 +50,7 @@ from .connections import recycle_connections
 from .governor import Governor
 from .options import _Running
 
-__all__ = ["PRUNE_EVERY_S", "STATS_FLUSH_S", "ForemanThreads", "package_version"]
+__all__ = ["PRUNE_EVERY_S", "STATS_FLUSH_S", "ForemanThreads", "package_version", "unreachable"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,20 @@ _OUTCOME_OF: dict[str, str] = {
     JobStatus.ERROR: "failed",
     JobStatus.MAX_RETRY: "failed",
 }
+
+
+def unreachable(using: str) -> str | None:
+    """Return why the database ``using`` cannot be reached now (the error's first
+    line), or None when this thread's connection to it answers; never raises."""
+    conn = connections[using]
+    try:
+        if conn.connection is not None and not conn.is_usable():
+            close_dead(using)
+        conn.ensure_connection()
+    except Exception as exc:  # noqa: BLE001 (the answer is the reason)
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
+    return None
 
 
 def package_version() -> str:
@@ -386,7 +400,23 @@ class ForemanThreads:
             connections.close_all()
 
     def _finish_threads(self) -> None:
-        """At shutdown, after the helper threads stopped: the last counts, then stopped."""
+        """At shutdown, after the helper threads stopped: the last counts, then stopped.
+
+        When the database cannot be reached (down, partitioned, dropped), nothing is
+        tried write by write: one warning says what was not written, without a
+        traceback (the process exits; the error's first line says all there is).
+        """
+        reason = unreachable(self.using)
+        if reason is not None:
+            rows = len(self.stats_buffer) + create_stats.discard(self.using)
+            logger.warning(
+                "database unreachable at exit: job statistics not written rows=%d, nor "
+                "the worker's stopped mark name=%s (%s)",
+                rows,
+                self.name,
+                reason,
+            )
+            return
         self._flush_stats()
         done, failed = self._totals()
         try:
