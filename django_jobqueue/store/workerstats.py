@@ -492,12 +492,13 @@ class CreateStats:
             self._asked[using] = now
         transaction.on_commit(lambda: self.flush(using), using=using)
 
-    def flush(self, using: str) -> int:
+    def flush(self, using: str, *, quiet: bool = False) -> int:
         """Write the counts of ``using`` in one upsert; return the rows written.
 
         Returns 0, writing nothing, when there is nothing to write or the connection
         is inside a transaction (the counts wait: see the class). A failed write is
-        logged and returns 0; its counts stay for the next flush.
+        logged (not with ``quiet``: the caller reports it) and returns 0; its counts
+        stay for the next flush.
         """
         if connections[using].in_atomic_block:
             return 0
@@ -510,7 +511,8 @@ class CreateStats:
         try:
             return buffer.flush(using)
         except Exception:  # never fail an enqueue or a request for a counter
-            logger.warning("writing deduplicated counts failed using=%s", using, exc_info=True)
+            if not quiet:
+                logger.warning("writing deduplicated counts failed using=%s", using, exc_info=True)
             if len(buffer):
                 with self._lock:
                     self._since.setdefault(using, self._clock())

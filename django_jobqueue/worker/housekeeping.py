@@ -402,26 +402,28 @@ class ForemanThreads:
     def _finish_threads(self) -> None:
         """At shutdown, after the helper threads stopped: the last counts, then stopped.
 
-        When the database cannot be reached (down, partitioned, dropped), nothing is
-        tried write by write: one warning says what was not written, without a
-        traceback (the process exits; the error's first line says all there is).
+        When the database cannot be reached (down, partitioned, dropped) or refuses
+        these writes, one warning says what was not written, without a traceback:
+        the process exits, and the error's first line says all there is.
         """
         reason = unreachable(self.using)
-        if reason is not None:
-            rows = len(self.stats_buffer) + create_stats.discard(self.using)
+        if reason is None:
+            done, failed = self._totals()
+            try:
+                retry_on_disconnect(self.using, self.stats_buffer.flush, self.using)
+                create_stats.flush(self.using, quiet=True)
+                retry_on_disconnect(
+                    self.using, stop_worker, self.using, self.name, done=done, failed=failed
+                )
+            except Exception as exc:  # noqa: BLE001 (reported below, in one line)
+                text = str(exc).strip()
+                reason = text.splitlines()[0] if text else type(exc).__name__
+        rows = len(self.stats_buffer) + create_stats.discard(self.using)
+        if reason is not None or rows:
             logger.warning(
-                "database unreachable at exit: job statistics not written rows=%d, nor "
-                "the worker's stopped mark name=%s (%s)",
+                "job statistics not written at exit rows=%d, nor the worker's stopped "
+                "mark name=%s (%s)",
                 rows,
                 self.name,
-                reason,
+                reason or "the database refused them",
             )
-            return
-        self._flush_stats()
-        done, failed = self._totals()
-        try:
-            retry_on_disconnect(
-                self.using, stop_worker, self.using, self.name, done=done, failed=failed
-            )
-        except Exception:
-            logger.warning("marking the worker stopped failed name=%s", self.name, exc_info=True)

@@ -1,11 +1,14 @@
 """Quiet exits: a ``runworkers`` that stops while its database is unreachable (a TCP
 proxy the test closes) or after its database was dropped logs one warning for the
-statistics it could not write, and no traceback from its exit path."""
+statistics it could not write, and no traceback from its exit path (the lines after
+its SIGTERM: what it logged while it ran is another matter)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +19,7 @@ from django.db import connection, transaction
 from django_jobqueue import enqueue_job
 from django_jobqueue.models import Job, JobStatus
 from tests.conftest import database_url
-from tests.workers_helpers import StartedWorkers
+from tests.workers_helpers import ROOT, StartedWorkers, worker_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vendor("postgresql", "mysql")]
 
@@ -90,6 +93,47 @@ def test_exit_while_the_database_is_unreachable__one_warning_no_traceback() -> N
     finally:
         proxy.close()
         code, log = workers.stop()
+    exit_log = log[log.index("SIGTERM: stopping") :]
+    assert code == 0, log[-5000:]
+    assert "Traceback" not in exit_log, exit_log[-8000:]
+    unwritten = [line for line in exit_log.splitlines() if "not written" in line]
+    assert len(unwritten) == 1, exit_log[-8000:]
+    assert "statistics" in unwritten[0]
+
+
+def test_exit_after_the_database_was_dropped__one_warning_no_traceback() -> None:
+    """A scratch database (migrated here) that the worker uses is dropped under it: on
+    PostgreSQL with ``FORCE`` (its sessions end), on MariaDB while its session lives."""
+    name = f"{connection.settings_dict['NAME']}_dropped"
+    quoted = connection.ops.quote_name(name)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
+        cursor.execute(f"CREATE DATABASE {quoted}")
+    url = database_url().rsplit("/", 1)[0] + f"/{name}"
+    try:
+        migrated = subprocess.run(  # noqa: S603 (our own interpreter and command)
+            [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env=worker_env({"DATABASE_URL": url}),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert migrated.returncode == 0, migrated.stderr[-3000:]
+        workers = StartedWorkers("--concurrency", "2", env={"DATABASE_URL": url})
+        try:
+            workers.wait_started()
+            with connection.cursor() as cursor:
+                force = " WITH (FORCE)" if connection.vendor == "postgresql" else ""
+                cursor.execute(f"DROP DATABASE {quoted}{force}")
+            time.sleep(1)  # what the running worker logs about it comes before the stop
+        finally:
+            code, log = workers.stop()
+    finally:
+        with connection.cursor() as cursor:
+            force = " WITH (FORCE)" if connection.vendor == "postgresql" else ""
+            cursor.execute(f"DROP DATABASE IF EXISTS {quoted}{force}")
     exit_log = log[log.index("SIGTERM: stopping") :]
     assert code == 0, log[-5000:]
     assert "Traceback" not in exit_log, exit_log[-8000:]
