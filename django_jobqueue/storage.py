@@ -63,6 +63,7 @@ __all__ = [
     "finish_cancelled",
     "hand_back",
     "heartbeat",
+    "mark_started",
     "reap_expired",
 ]
 
@@ -133,6 +134,7 @@ def claim(
     queues: Sequence[str] | None = None,
     exclude_types: Collection[str] = (),
     lease_ms: int | None = None,
+    started: bool = True,
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs for ``owner`` and return them, lease set.
 
@@ -151,6 +153,12 @@ def claim(
         Governor.Spawn's ignore list).
     lease_ms:
         Lease of the claimed jobs in ms; None: ``JOBQUEUE["LEASE_MS"]``.
+    started:
+        True: the jobs start now (``started_at`` is the claim's time; a gateway
+        worker's claim). False: claimed, not started yet (``started_at`` NULL):
+        the claimer records each start with :func:`mark_started`, or with the
+        next :func:`heartbeat` or outcome; until then :func:`reap_expired`
+        returns the job unspent (docs/design.md#execution).
 
     Returns
     -------
@@ -175,7 +183,7 @@ def claim(
         else:
             exclude_queues = sorted(paused)
     token = uuid.uuid4().hex
-    args = (using, owner, limit, queues, exclude_types, lease_ms, exclude_queues, token)
+    args = (using, owner, limit, queues, exclude_types, lease_ms, exclude_queues, token, started)
 
     def claim_once() -> list[Job]:
         return locks.retry_when_locked(using, functools.partial(_claim, *args))
@@ -213,6 +221,7 @@ def _claim(
     lease_ms: int | None,
     exclude_queues: Sequence[str],
     token: str,
+    started: bool,
 ) -> list[Job]:
     lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
     if storage_sql.supported(using):
@@ -225,6 +234,7 @@ def _claim(
             exclude_types=exclude_types,
             exclude_queues=exclude_queues,
             lease=lease,
+            started=started,
         )
     with transaction.atomic(using=using):
         due = Job.objects.using(using).filter(waiting=True, run_at__lte=Now())
@@ -250,7 +260,7 @@ def _claim(
             lease_token=token,
             lease_expires_at=Now() + lease,
             heartbeat_at=Now(),
-            started_at=Now(),
+            started_at=Now() if started else None,
             updated_at=Now(),
             # docs/design.md#unique-keys: an until_executing lock frees the moment a worker claims
             # the job.
@@ -268,8 +278,15 @@ def _guarded(job: Job) -> Any:
     )
 
 
-def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[int], set[int]]:
+def heartbeat(
+    jobs: Sequence[Job], *, lease_ms: int | None = None, started: Collection[int] = ()
+) -> tuple[set[int], set[int]]:
     """Extend the leases of ``jobs``; return (pks still owned, pks asked to cancel).
+
+    ``started`` are pks of ``jobs`` that started since a claim that did not start
+    them (``claim(started=False)``) and whose start is not stored yet: the same
+    statement stores it (``started_at``, if still NULL), so a claimer records the
+    starts of short jobs with no write of their own.
 
     A job missing from the first set lost its lease: its worker must not write its
     outcome (the guarded updates would refuse anyway). ``lease_ms`` is the new
@@ -290,8 +307,15 @@ def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[
     rows = Job.objects.using(using).filter(owned, status=JobStatus.PROCESSING)
     by_pk = {job.pk: job for job in jobs}
 
+    fields: dict[str, Any] = {"lease_expires_at": Now() + lease, "heartbeat_at": Now()}
+    if started:
+        fields["started_at"] = Case(
+            When(pk__in=list(started), then=Coalesce(F("started_at"), Now())),
+            default=F("started_at"),
+        )
+
     def beat() -> tuple[set[int], set[int]]:
-        rows.update(lease_expires_at=Now() + lease, heartbeat_at=Now())
+        rows.update(**fields)
         alive: set[int] = set()
         cancel: set[int] = set()
         for pk, cancel_requested, expires_at in rows.values_list(
@@ -304,6 +328,21 @@ def heartbeat(jobs: Sequence[Job], *, lease_ms: int | None = None) -> tuple[set[
         return alive, cancel
 
     return _retrying(using, beat)
+
+
+def mark_started(job: Job) -> bool:
+    """Store that ``job``, claimed not started (``claim(started=False)``), starts now.
+
+    One guarded write of ``started_at``: from now on an expired lease spends the
+    attempt (:func:`reap_expired`). Returns False, writing nothing, if the lease
+    was lost meanwhile: the job is not the caller's to run.
+    """
+    return _write(job, {"started_at": Now()}, "start")
+
+
+#: An outcome's ``started_at``: a job started without a write of its own
+#: (:func:`heartbeat`'s ``started``) has none stored yet; its outcome's time stands in.
+_START_AT_THE_LATEST: dict[str, Any] = {"started_at": Coalesce(F("started_at"), Now())}
 
 
 def complete(job: Job, result: Any = None, *, run_ms: int | None = None) -> bool:
@@ -328,6 +367,7 @@ def complete(job: Job, result: Any = None, *, run_ms: int | None = None) -> bool
         "finished_at": Now(),
         "updated_at": Now(),
         "message": "",
+        **_START_AT_THE_LATEST,
         **_LEASE_ENDED,
     }
     if dedupe:
@@ -399,6 +439,7 @@ def fail(
         "errors": errors,
         "message": "<secure>" if job.secure else message[:10_000],
         "updated_at": Now(),
+        **_START_AT_THE_LATEST,
         **_LEASE_ENDED,
     }
     if retryable and job.attempt <= job.max_retry:
@@ -430,17 +471,19 @@ def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> b
         "updated_at": Now(),
         "message": message,
         **unique.cancel_release(),  # a cancelled job frees its unique key and its id
+        **_START_AT_THE_LATEST,
         **_LEASE_ENDED,
     }
     return _write_or_rerun(job, fields, "finish_cancelled", {"message": message}) is not None
 
 
-def hand_back(job: Job, *, message: str = "", keep_place: bool = False) -> bool:
+def hand_back(job: Job, *, message: str | None = "", keep_place: bool = False) -> bool:
     """Return a claimed job to the queue unrun (graceful shutdown); False if lease lost.
 
     The claim is undone: ``attempt`` goes back by one and the job is due now; with
     ``keep_place`` its ``run_at`` stays, so it keeps its place in claim order (a
-    batch claim's job over its type's ``concurrent`` limit). An ``until_executing``
+    batch claim's job over its type's ``concurrent`` limit, a prefetched job that
+    did not start). ``message`` None leaves the stored message. An ``until_executing``
     job takes its unique key's hold again, which the claim ended (docs/design.md#unique-keys), if
     its
     TTL has not passed: an identical enqueue is deduplicated again. The key was
@@ -448,41 +491,56 @@ def hand_back(job: Job, *, message: str = "", keep_place: bool = False) -> bool:
     keeps it and this job waits without a hold (the unique index's refusal is
     caught, never raised), since the newer job was enqueued and cannot be undone.
     """
-    status = JobStatus.RETRY if job.attempt > 1 else JobStatus.INIT
-    fields = {
-        "status": status,
+    fields = _unclaim_fields(job, message, keep_place=keep_place)
+    return _unclaim(job, _guarded(job), fields, "hand_back")
+
+
+def _unclaim_fields(job: Job, message: str | None, *, keep_place: bool) -> dict[str, Any]:
+    """The fields that undo ``job``'s claim: waiting again, its attempt not spent."""
+    fields: dict[str, Any] = {
+        "status": JobStatus.RETRY if job.attempt > 1 else JobStatus.INIT,
         "waiting": True,
         "attempt": F("attempt") - 1,
         "run_at": F("run_at") if keep_place else Now(),
         "updated_at": Now(),
-        "message": message,
         **_LEASE_CLEARED,
     }
+    if message is not None:
+        fields["message"] = message
+    return fields
+
+
+def _unclaim(job: Job, rows: Any, fields: dict[str, Any], what: str) -> bool:
+    """Write ``fields`` (:func:`_unclaim_fields`) to ``rows`` (``job``'s guarded row),
+    the unique key held again when it is an ``until_executing`` one."""
     if job.unique_mode == unique.UNTIL_EXECUTING and job.unique_key is not None:
-        held = _write_holding_key(job, fields)
+        held = _write_holding_key(job, rows, fields, what)
         if held is not None:
             return held
-    return _write(job, fields, "hand_back")
+    updated = _retrying(_database(job), rows.update, **fields)
+    if not updated and what:
+        _log_lease_lost(job, what)
+    return bool(updated)
 
 
-def _write_holding_key(job: Job, fields: dict[str, Any]) -> bool | None:
-    """:func:`hand_back`'s write with the unique key held again while its TTL lasts;
-    None (nothing written) if another job holds the key."""
+def _write_holding_key(job: Job, rows: Any, fields: dict[str, Any], what: str) -> bool | None:
+    """:func:`hand_back`'s write to ``rows`` with the unique key held again while its
+    TTL lasts; None (nothing written) if another job holds the key."""
     using = _database(job)
     hold = Case(When(unique_expires_at__gt=Now(), then=Value(hold_hash(job.unique_key or ""))))
 
     def write() -> int | None:
         try:  # its own savepoint; the hash is the only unique column this UPDATE sets
             with transaction.atomic(using=using):
-                return int(_guarded(job).update(**fields, unique_key_hash=hold))
+                return int(rows.update(**fields, unique_key_hash=hold))
         except IntegrityError:
             return None
 
     updated = _retrying(using, write)
     if updated is None:
         logger.info("unique key held by another job; handed back without it jid=%s", job.jid)
-    elif not updated:
-        _log_lease_lost(job, "hand_back")
+    elif not updated and what:
+        _log_lease_lost(job, what)
     return None if updated is None else bool(updated)
 
 
@@ -577,6 +635,12 @@ def reap_expired(using: str, *, limit: int = 100) -> int:
     expires: ``retry``, due now, if it has retries left, else ``max_retry`` with the
     message "lease expired". Delivery is at least once.
 
+    An attempt is spent only by a start (docs/design.md#execution): a job claimed
+    but never started (``started_at`` NULL: held by a worker that died before it
+    ran it, see :func:`claim`'s ``started``) goes back to waiting in its place in
+    claim order, its attempt count as before the claim, no backoff and no error
+    entry, as :func:`hand_back` returns it.
+
     Bounded per statement, not per call: it reads at most ``limit`` expired jobs at a
     time and loops until a batch takes none back, so one call recovers a whole fleet
     of dead workers' jobs. A batch that takes none back ends it even if it read some:
@@ -603,6 +667,21 @@ def _reap_batch(using: str, limit: int) -> int:
             lease_token=job.lease_token,
             lease_expires_at__lt=Now(),
         )
+        if job.started_at is None:
+            # Never started: its holder died first. The guard on started_at loses
+            # to a heartbeat that stored the start meanwhile (and moved the lease).
+            unspent = _unclaim_fields(job, None, keep_place=True)
+            if _unclaim(job, stale.filter(started_at__isnull=True), unspent, ""):
+                reaped += 1
+                logger.warning(
+                    "lease expired before the job started, returned unspent "
+                    "jid=%s type=%s owner=%s attempt=%s",
+                    job.jid,
+                    job.job_type,
+                    job.lease_owner,
+                    job.attempt - 1,
+                )
+            continue
         message = f"lease expired (worker {job.lease_owner} stopped heartbeating)"
         entry = error_entry(job, None, message)
         fields: dict[str, Any] = {

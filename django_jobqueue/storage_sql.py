@@ -160,12 +160,14 @@ def claim_rows(
     exclude_types: Collection[str],
     lease: timedelta,
     exclude_queues: Sequence[str] = (),
+    started: bool = True,
 ) -> list[Job]:
     """Claim up to ``limit`` due jobs in claim order; see :func:`storage.claim`.
 
     ``token`` is the new lease token of every claimed row, ``lease`` its length;
-    ``exclude_queues`` are queues not to claim from (the paused ones). Only for
-    aliases where :func:`supported` is true.
+    ``exclude_queues`` are queues not to claim from (the paused ones); ``started``
+    False leaves ``started_at`` NULL (claimed, not started yet). Only for aliases
+    where :func:`supported` is true.
     """
     vendor = connections[using].vendor
     filters = _due_filter(using, queues, exclude_types, exclude_queues)
@@ -173,7 +175,7 @@ def claim_rows(
     table = _q(using, Job._meta.db_table)
     release = "unique_key_hash = CASE WHEN unique_mode = %s THEN NULL ELSE unique_key_hash END"
     if vendor == "mysql":
-        return _claim_mysql(using, owner, token, limit, filters, filter_params, lease)
+        return _claim_mysql(using, owner, token, limit, filters, filter_params, lease, started)
     if vendor == "postgresql":
         now = "STATEMENT_TIMESTAMP()"
         set_params: list[Any] = [owner, token, lease]
@@ -188,11 +190,14 @@ def claim_rows(
     else:  # sqlite: one write statement at a time, no row locks
         stamp = _sqlite_now(using)
         now, lease_sql = "%s", "%s"
-        set_params = [owner, token, _sqlite_now(using, lease), stamp, stamp, stamp]
+        set_params = [owner, token, _sqlite_now(using, lease), stamp]
         guard, pick, picked = "waiting = %s AND ", "IN (", ")"
         guard_params = [True]
         now_params = [stamp]
-    times = f"heartbeat_at = {now}, started_at = {now}, updated_at = {now}"
+    start = now if started else "NULL"
+    if vendor == "sqlite":  # heartbeat_at (above), started_at, updated_at
+        set_params += [stamp, stamp] if started else [stamp]
+    times = f"heartbeat_at = {now}, started_at = {start}, updated_at = {now}"
     sql = (
         f"UPDATE {table} SET status = %s, waiting = %s, attempt = attempt + 1, "
         f"lease_owner = %s, lease_token = %s, lease_expires_at = {lease_sql}, {times}, "
@@ -263,6 +268,7 @@ def _claim_mysql(
     filters: str,
     filter_params: list[Any],
     lease: timedelta,
+    started: bool,
 ) -> list[Job]:
     table = _q(using, Job._meta.db_table)
     select = (
@@ -289,7 +295,7 @@ def _claim_mysql(
                 token,
                 now + lease,
                 now,
-                now,
+                now if started else None,
                 now,
                 unique.UNTIL_EXECUTING,
                 *ids,
@@ -304,7 +310,8 @@ def _claim_mysql(
         job.lease_owner = owner
         job.lease_token = token
         job.lease_expires_at = _jobs_time(using, now + lease)
-        job.heartbeat_at = job.started_at = job.updated_at = aware
+        job.heartbeat_at = job.updated_at = aware
+        job.started_at = aware if started else None
         if job.unique_mode == unique.UNTIL_EXECUTING:
             job.unique_key_hash = None
     return _order(jobs)
@@ -356,12 +363,14 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
         f"result = CASE id {result_sql} END",
         f"finished_at = {now}",
         f"updated_at = {now}",
+        # A job started without a write of its own (storage.claim): now at the latest.
+        f"started_at = COALESCE(started_at, {now})",
         "message = %s",
         "lease_token = %s",
         "lease_expires_at = NULL",
     ]
     # lease_owner stays: a finished job says which worker ran it (storage._LEASE_ENDED).
-    params += [*now_params, *now_params, "", ""]
+    params += [*now_params, *now_params, *now_params, "", ""]
     held = [(job, dedupe) for job, _r, dedupe in items if dedupe]
     if held:
         whens = " ".join(f"WHEN %s THEN {plus.format(now=now)}" for _ in held)
@@ -413,7 +422,8 @@ def _complete_rows_pg(using: str, items: Sequence[tuple[Job, Any, timedelta | No
     holds = [dedupe or None for _j, _r, dedupe in items]
     sql = (
         f"UPDATE {table} AS j SET status = %s, result = NULLIF(u.result, 'null'::jsonb), "
-        f"finished_at = {now}, updated_at = {now}, message = '', "
+        f"finished_at = {now}, updated_at = {now}, started_at = COALESCE(j.started_at, {now}), "
+        "message = '', "
         "lease_token = '', lease_expires_at = NULL, "
         f"id_held_until = CASE WHEN u.hold IS NULL THEN j.id_held_until ELSE {now} + u.hold END, "
         "job_id_hash = CASE WHEN u.hold IS NULL THEN NULL ELSE j.job_id_hash END, "

@@ -50,6 +50,8 @@ DEFAULTS: dict[str, Any] = {
     "BREAK_TIME_MS": 0,
     # Least time between two worker spawns, ms.
     "RAMP_TIME_MS": 100,
+    # Prefetch budget (ms; 0: no prefetch): README "Prefetch", docs/prefetch.md.
+    "PREFETCH_MS": 2,
     # Governor idle sleep bounds (ms): grows from MIN to MAX while no job is found.
     "MIN_SLEEP_MS": 50,
     "MAX_SLEEP_MS": 2_000,
@@ -130,6 +132,7 @@ _INT_KEYS = {
     "CONCURRENCY": 1,
     "BREAK_TIME_MS": 0,
     "RAMP_TIME_MS": 0,
+    "PREFETCH_MS": 0,
     "MIN_SLEEP_MS": 1,
     "MAX_SLEEP_MS": 1,
     "LEASE_MS": 1_000,
@@ -218,6 +221,7 @@ class JobQueueSettings:
     CONCURRENCY: int
     BREAK_TIME_MS: int
     RAMP_TIME_MS: int
+    PREFETCH_MS: int
     MIN_SLEEP_MS: int
     MAX_SLEEP_MS: int
     CLEAN_ERROR: bool
@@ -345,6 +349,7 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             CONCURRENCY=values["CONCURRENCY"],
             BREAK_TIME_MS=values["BREAK_TIME_MS"],
             RAMP_TIME_MS=values["RAMP_TIME_MS"],
+            PREFETCH_MS=values["PREFETCH_MS"],
             MIN_SLEEP_MS=values["MIN_SLEEP_MS"],
             MAX_SLEEP_MS=values["MAX_SLEEP_MS"],
             CLEAN_ERROR=values["CLEAN_ERROR"],

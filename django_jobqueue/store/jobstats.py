@@ -452,12 +452,13 @@ class ProcessStats:
         if self.pending(using) and self.flush_timer:
             self._schedule(using)  # the write failed: try again in flush_s
 
-    def flush(self, using: str) -> int:
+    def flush(self, using: str, *, quiet: bool = False) -> int:
         """Write the counts of ``using`` (:meth:`StatsBuffer.flush`); return the rows written.
 
         Returns 0, writing nothing, when there is nothing to write or the connection
         is inside a transaction (the counts wait: see the class). A failed write is
-        logged and returns 0; its counts stay for the next flush.
+        logged (not with ``quiet``: the caller reports it) and returns 0; its counts
+        stay for the next flush.
         """
         if connections[using].in_atomic_block:
             return 0
@@ -470,7 +471,8 @@ class ProcessStats:
         try:
             return buffer.flush(using)
         except Exception:  # never fail a job's outcome or a request for a counter
-            logger.warning("writing job statistics failed using=%s", using, exc_info=True)
+            if not quiet:
+                logger.warning("writing job statistics failed using=%s", using, exc_info=True)
             if len(buffer):
                 with self._lock:
                     self._since.setdefault(using, self._clock())
@@ -481,6 +483,36 @@ class ProcessStats:
         with self._lock:
             aliases = list(self._buffers)
         return sum(self.flush(using) for using in aliases)
+
+    def discard(self, using: str) -> int:
+        """Drop the counts of ``using`` not written (a process exiting without its
+        database); return how many rows they were."""
+        with self._lock:
+            buffer = self._buffers.pop(using, None)
+            self._since.pop(using, None)
+            self._asked.pop(using, None)
+        return 0 if buffer is None else len(buffer)
+
+    def flush_at_exit(self) -> None:
+        """The exit hook: write what is left; a failure is one warning line per
+        database, without a traceback (the process is exiting), and never raises."""
+        with self._lock:
+            aliases = list(self._buffers)
+        for using in aliases:
+            buffer = None
+            try:
+                with self._lock:
+                    buffer = self._buffers.pop(using, None)
+                if buffer is not None and len(buffer):
+                    buffer.flush(using)
+            except Exception as exc:  # noqa: BLE001 (an exit hook never raises)
+                text = str(exc).strip()
+                logger.warning(
+                    "job statistics not written at exit using=%s rows=%d (%s)",
+                    using,
+                    len(buffer) if buffer is not None else 0,
+                    text.splitlines()[0] if text else type(exc).__name__,
+                )
 
     def clear(self) -> None:
         """Drop every count not written and every pending timer (tests, between cases)."""
@@ -509,7 +541,7 @@ class ProcessStats:
 
 #: The process's counts: every outcome, pickup and deduplicated enqueue it stores.
 process_stats = ProcessStats(flush_timer=True)
-atexit.register(process_stats.flush_all)
+atexit.register(process_stats.flush_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=process_stats.after_fork)
 

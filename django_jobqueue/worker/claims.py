@@ -6,6 +6,13 @@ and the rest wait in the foreman's inbox, in claim order, for the next runner th
 is free (the in-memory hand-off). One claim at a time per
 foreman, under its claim lock; a held job is taken without that lock.
 
+The prefetch never hurts (README "Prefetch", docs/prefetch.md): the claim is made
+"not started" (an attempt is spent only by a start, which the runner stores), jobs
+beyond the free slots are kept only when their job type is short
+(:data:`~.options.SHORT_TYPE_MS`), the others go back at once in their place, and
+a kept one that has not started within the hold time goes back too
+(:meth:`ForemanClaims._hold_loop`), so a foreman with a free slot can take it.
+
 A runner that takes the last held job while the queue was not found drained
 claims the next batch before it runs its own job, so the round trip overlaps the
 other runners' jobs instead of making them all wait at an empty inbox.
@@ -18,15 +25,23 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import Callable
+
+from django.db import connections
 
 from .. import storage
 from ..models import Job
+from ..store.wakeups import notify_on_commit
+from .completer import Completer
 from .context import JobContext
 from .governor import Governor
-from .options import HOLD_MS, MAX_EXTRA_PER_SLOT, _Running
+from .options import MAX_EXTRA_PER_SLOT, SHORT_TYPE_MS, _Running
 
 __all__ = ["ForemanClaims"]
+
+#: How many of a job type's last run times its median is taken over.
+_TYPE_RUNS = 5
 
 logger = logging.getLogger(__name__)
 
@@ -38,15 +53,23 @@ class ForemanClaims:
     queues: tuple[str, ...] | None
     concurrency: int
     prefetch: int
+    prefetch_ms: int
+    hold_ms: int
     lease_ms: int
     governor: Governor
     external_types: frozenset[str]
     recent_run_ms: float
+    type_run_ms: dict[str, float]
+    _type_runs: dict[str, collections.deque[float]]
     claims: int
     largest_claim: int
     _adaptive_prefetch: bool
     _busy: int
     _inbox: collections.deque[_Running]
+    _held_lock: threading.Lock
+    _hold_cond: threading.Condition
+    _held_batches: collections.deque[tuple[float, list[_Running]]]
+    _done: threading.Event
     _claim_lock: threading.Lock
     _claim_seq: int
     _last_claim_short: bool
@@ -55,10 +78,18 @@ class ForemanClaims:
     _running: dict[int, _Running]
     _running_lock: threading.Lock
 
+    shutdown_timeout_ms: int
+    completer: Completer | None
+    _forced: threading.Event
+    _threads: list[threading.Thread]
+
     # Of ForemanThreads (annotations only: the mixin must not shadow them).
     wake: Callable[..., None]
     _wake_runners: Callable[[int], None]
     _unregister: Callable[[_Running], None]  # Foreman
+    _wait: Callable[..., None]  # Foreman
+    _snapshot: Callable[[], list[_Running]]
+    _count: Callable[[str], None]
 
     def _next_job(self, worker: str) -> _Running | None:
         """In a runner thread: take a held job, else claim a batch; None: nothing due.
@@ -97,31 +128,178 @@ class ForemanClaims:
                 return None
             return self._claim_batch(worker, keep_first=True)
 
-    def _extra_prefetch(self) -> int:
-        """Jobs a default-prefetch claim takes beyond :attr:`prefetch`: as many as the
-        recent jobs fit in :data:`~.options.HOLD_MS` across the slots, bounded."""
-        fits = HOLD_MS * self.concurrency / max(self.recent_run_ms, 0.01)
+    def is_short(self, job_type: str) -> bool:
+        """Whether ``job_type``'s recent run time here is known and at most
+        :data:`~.options.SHORT_TYPE_MS` (its jobs may be prefetched, and start
+        without a write of their own)."""
+        run_ms = self.type_run_ms.get(job_type)
+        return run_ms is not None and run_ms <= SHORT_TYPE_MS
+
+    def _record_run(self, job_type: str, run_ms: float) -> None:
+        """Note a run of ``job_type`` that took ``run_ms`` ms (its handler, from its start).
+
+        The median of the last :data:`_TYPE_RUNS` runs: a first run slowed by a
+        process's warm-up does not keep a short type from being short.
+        """
+        runs = self._type_runs.get(job_type)
+        if runs is None:
+            runs = self._type_runs[job_type] = collections.deque(maxlen=_TYPE_RUNS)
+        runs.append(run_ms)
+        self.type_run_ms[job_type] = sorted(runs)[len(runs) // 2]
+
+    def _prefetch_now(self) -> int:
+        """Jobs the next claim may take beyond the free slots: none until a short job
+        type is known; else :attr:`prefetch` when set, or as many as the recent jobs
+        fit in ``prefetch_ms`` across the slots, bounded."""
+        if not any(run_ms <= SHORT_TYPE_MS for run_ms in self.type_run_ms.values()):
+            return 0
+        if not self._adaptive_prefetch:
+            return self.prefetch
+        fits = self.prefetch_ms * self.concurrency / max(self.recent_run_ms, 0.01)
         return min(MAX_EXTRA_PER_SLOT * self.concurrency, int(fits))
 
     def _take_held(self) -> _Running | None:
+        while True:
+            try:
+                running = self._inbox.popleft()  # atomic: no lock needed
+            except IndexError:
+                return None
+            with self._held_lock:  # the hold loop may be withdrawing it
+                if running.withdrawn:
+                    continue
+                running.taken = True
+            return running
+
+    def _start(self, running: _Running) -> bool:
+        """Record that ``running``'s job starts now; False: its lease was lost, not ours.
+
+        The claim did not start it (an attempt is spent only by a start,
+        docs/design.md#execution). A job of a short type (:meth:`is_short`) starts
+        with no write: its start is stored by the next heartbeat or its outcome,
+        whichever is first. Any other job stores its start first (one guarded
+        write, after the batched successes waiting), so a job that kills its process
+        counts that attempt, and the jobs done before it do not run again.
+        """
+        job = running.job
+        if job.started_at is None:
+            if self.is_short(job.job_type):
+                running.start_unrecorded = True
+            else:
+                if self.completer is not None:
+                    # The successes waiting to be written land first: were this job
+                    # to end the process, they would run again.
+                    self.completer.flush()
+                if not storage.mark_started(job):
+                    running.ctx.mark_lease_lost()
+                    return False
+        # The claim's time by the database clock: what expiry and the attempt log read.
+        job.started_at = job.started_at or job.heartbeat_at
+        return True
+
+    def _withdraw(self, held: list[_Running]) -> list[_Running]:
+        """Mark the jobs of ``held`` that no runner took as withdrawn; return them."""
+        withdrawn = []
+        with self._held_lock:
+            for running in held:
+                if not (running.taken or running.withdrawn):
+                    running.withdrawn = True
+                    withdrawn.append(running)
+        return withdrawn
+
+    def _give_back(self, held: list[_Running], message: str | None) -> int:
+        """Hand back withdrawn jobs unstarted, their attempt not spent; return how many.
+
+        Each keeps its place in claim order; its queue's idle workers are woken, on
+        every foreman (a NOTIFY on PostgreSQL), since they may have a free slot.
+        """
+        given = 0
+        for running in held:
+            running.ctx.mark_lease_lost()
+            try:
+                if storage.hand_back(running.job, message=message, keep_place=True):
+                    given += 1
+                    notify_on_commit(self.using, running.job.queue)
+            except Exception:
+                # Left leased: its lease expires and the reaper returns it unspent.
+                logger.warning("handing back a held job failed jid=%s", running.job.jid)
+            self._unregister(running)
+        return given
+
+    def _hand_back_held(self, message: str | None) -> int:
+        """Hand back every held job no runner took yet (a stop, a crash); return how many.
+
+        Under the claim lock as the hold thread's hand-backs, but a claim stuck on an
+        unreachable database delays a stop by 5 s at most.
+        """
+        locked = self._claim_lock.acquire(timeout=5)
         try:
-            return self._inbox.popleft()  # atomic: no lock needed
-        except IndexError:
-            return None
+            held = self._withdraw(list(self._drain_inbox()))
+            with self._hold_cond:
+                self._held_batches.clear()
+            return self._give_back(held, message)
+        finally:
+            if locked:
+                self._claim_lock.release()
+
+    def _drain_inbox(self) -> list[_Running]:
+        taken: list[_Running] = []
+        while True:
+            try:
+                taken.append(self._inbox.popleft())
+            except IndexError:
+                return taken
+
+    def _hold_loop(self) -> None:
+        """The hold thread: a prefetched job not started by its ``hold_until`` goes
+        back to the queue (a foreman with a free slot takes it), its attempt not spent.
+
+        Claims that prefetch queue their held jobs here as one batch; the thread
+        sleeps until the oldest batch's deadline, then withdraws what no runner took.
+        """
+        try:
+            while not self._done.is_set():
+                with self._hold_cond:
+                    if not self._held_batches:
+                        self._hold_cond.wait(1.0)
+                        continue
+                    deadline, batch = self._held_batches[0]
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._done.wait(left)
+                    continue
+                with self._hold_cond:
+                    if self._held_batches and self._held_batches[0][1] is batch:
+                        self._held_batches.popleft()
+                # Under the claim lock: no claim runs while they are withdrawn but still
+                # leased, so the next claim takes them again first (claim order holds).
+                with self._claim_lock:
+                    late = self._withdraw(batch)
+                    given = self._give_back(late, None) if late else 0
+                if late:
+                    logger.info(
+                        "prefetched jobs not started within hold_ms=%d went back jobs=%d",
+                        self.hold_ms,
+                        given,
+                    )
+        finally:
+            connections.close_all()  # the hand-backs' session of this thread
 
     def _claim_batch(self, worker: str, *, keep_first: bool) -> _Running | None:
         """Under the claim lock: claim a batch; return its first job when
         ``keep_first``, holding the rest (all of it otherwise)."""
         if self._stopping.is_set():
             return None
-        prefetch = self.prefetch
-        if self._adaptive_prefetch:
-            prefetch += self._extra_prefetch()
         # A claim ahead is made by a runner holding a job it has not started: its
         # slot is not free, and the claim is only the prefetch when no other is.
         # A runner's own claim is for its free slot at least.
         free = self.concurrency - self._busy - (0 if keep_first else 1)
-        want = max(1 if keep_first else 0, free) + prefetch - len(self._inbox)
+        held = len(self._inbox)
+        # The first ``for_slots`` jobs have a free slot now; on a claim ahead the next
+        # one waits for the claimer's slot, behind the (short) job it holds. Any
+        # other is prefetched: of a short type only, and held no longer than hold_ms.
+        for_slots = max(1 if keep_first else 0, free - held)
+        any_type = for_slots if keep_first else max(1, for_slots)
+        want = max(1 if keep_first else 0, free) + self._prefetch_now() - held
         if want <= 0:
             return None
         skipped = self.governor.reserve_batch()
@@ -135,13 +313,24 @@ class ForemanClaims:
                 queues=self.queues,
                 exclude_types=self.external_types.union(skipped),
                 lease_ms=self.lease_ms,
+                started=False,  # each start is stored by its runner (Foreman._start)
             )
         finally:
             accepted = self.governor.settle_batch(skipped, [j.job_type for j in jobs])
         over = [job for job, ok in zip(jobs, accepted, strict=True) if not ok]
-        jobs = [job for job, ok in zip(jobs, accepted, strict=True) if ok]
-        for job in over:  # more of a limited type than its room: back, in place
-            storage.hand_back(job, message="over its concurrent limit", keep_place=True)
+        kept = []
+        for position, (job, ok) in enumerate(zip(jobs, accepted, strict=True)):
+            if ok and position >= any_type and not self.is_short(job.job_type):
+                # Beyond the free slots, of a job type not known short: a prefetch
+                # must not make it wait a long job's time. Back, in place, unspent.
+                self.governor.del_job(job.job_type)
+                over.append(job)
+            elif ok:
+                kept.append(job)
+        prefetched = {job.pk for job in kept[for_slots:]}  # held against the hold time
+        jobs = kept
+        for job in over:  # more than the room of a limited type, or not short: back
+            storage.hand_back(job, message=None, keep_place=True)
         if over:
             self.wake()  # claim again: others may be due behind them
         self._claim_seq += 1
@@ -151,8 +340,13 @@ class ForemanClaims:
         self.largest_claim = max(self.largest_claim, len(jobs))
         if not jobs:
             return None
+        hold_until = time.monotonic() + self.hold_ms / 1000
         claimed = [
-            _Running(job=job, ctx=JobContext(job, worker=worker, lease_ms=self.lease_ms))
+            _Running(
+                job=job,
+                ctx=JobContext(job, worker=worker, lease_ms=self.lease_ms),
+                hold_until=hold_until if job.pk in prefetched else 0.0,
+            )
             for job in jobs
         ]
         with self._running_lock:
@@ -168,7 +362,42 @@ class ForemanClaims:
                 self._unregister(running)
             return None
         first = claimed.pop(0) if keep_first else None
+        if first is not None:
+            first.taken = True
         self._inbox.extend(claimed)
+        late = [running for running in claimed if running.hold_until]
+        if late:
+            with self._hold_cond:
+                self._held_batches.append((hold_until, late))
+                if len(self._held_batches) == 1:
+                    self._hold_cond.notify()  # the hold thread sleeps without a deadline
         if claimed:
             self._wake_runners(len(claimed))  # idle runners take them
         return first
+
+    def _drain(self) -> None:
+        """Stop: held jobs go back now; running ones get ``shutdown_timeout_ms``, then
+        go back unless their success waits in the completer (docs/design.md#execution)."""
+        # Jobs no slot took yet go back at once: another foreman may have room now.
+        handed = self._hand_back_held("handed back at worker shutdown")
+        if handed:
+            logger.info("held jobs handed back at shutdown jobs=%d", handed)
+        deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
+        while not self._forced.is_set() and time.monotonic() < deadline:
+            alive = [t for t in self._threads if t.is_alive()]
+            if not alive:
+                break
+            self._wait(0.05)
+        if self.completer is not None:
+            self.completer.close()  # stored successes are not handed back
+        left = [r for r in self._snapshot() if not r.storing]
+        for running in left:
+            running.ctx.mark_lease_lost()
+            if storage.hand_back(running.job, message="handed back at worker shutdown"):
+                self._count("handed_back")
+                logger.warning(
+                    "job handed back at shutdown jid=%s type=%s attempt=%s",
+                    running.job.jid,
+                    running.job.job_type,
+                    running.job.attempt,
+                )

@@ -91,10 +91,15 @@ class Completer:
         self._write([(job, result, callback, run_ms)])
 
     def flush(self) -> None:
-        """Write every outcome waiting now, in this thread; return once stored."""
+        """Write every outcome waiting now, in this thread; return once stored, and
+        once a write the completer's thread has in flight is done too."""
         with self._cond:
             batch, self._pending = self._pending, []
-        self._write(batch)
+        if batch:
+            self._write(batch)
+        else:
+            with self._write_lock:
+                pass
 
     def close(self) -> None:
         """Write what waits, stop the thread; later submits are written at once."""

@@ -14,11 +14,26 @@ keeps a healthy connection and closes it only when:
 Before each handler, :func:`check_before_handler` makes sure the connections the
 handler will find open still answer, so its first query does not meet one that
 the server closed while the worker was idle (an idle timeout, a killed backend).
+
+While the handler runs, :func:`handler_statements` gives each statement outside
+``atomic()`` that follows :data:`IDLE_CHECK_S` or more of idleness on its
+connection the same check, as Django's ``CONN_HEALTH_CHECKS`` does at the start
+of a request: a handler that computes for a while and then writes through the
+ORM gets one transparent reconnect when the server (``idle_session_timeout``,
+``wait_timeout``), a pooler or a failover closed its idle session meanwhile, on
+every database. Inside ``atomic()`` a dead connection stays an error: the
+transaction's earlier work is gone with it, so only the caller can start it again
+(README "Database notes").
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from django.db import connections
 
@@ -28,8 +43,11 @@ __all__ = [
     "IDLE_CHECK_S",
     "WORKER_CONN_MAX_AGE_S",
     "check_before_handler",
+    "handler_statements",
     "recycle_connections",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Age (s) after which a worker renews a connection whose CONN_MAX_AGE is 0.
 WORKER_CONN_MAX_AGE_S = 300.0
@@ -105,3 +123,60 @@ def check_before_handler(idle_s: float = IDLE_CHECK_S) -> int:
             closed += 1
         mark_used(conn.alias)
     return closed
+
+
+#: Whether this thread runs a handler now (:func:`handler_statements`).
+_in_handler = threading.local()
+#: Attribute of a connection wrapper that carries the idle check already.
+_CHECKED = "_jq_idle_checked"
+
+
+def _check_idle(execute: Any, sql: Any, params: Any, many: bool, context: dict[str, Any]) -> Any:
+    """Django execute wrapper: the idle check of :func:`handler_statements`, and the
+    connection's last use noted after every statement."""
+    conn = context["connection"]
+    if (
+        getattr(_in_handler, "active", False)
+        and not conn.in_atomic_block
+        and conn.get_autocommit()
+        and (idle_for(conn.alias) or 0.0) >= IDLE_CHECK_S
+        and not conn.is_usable()
+    ):
+        logger.warning(
+            "database connection lost while idle in a handler on %s: reconnecting before "
+            "the statement",
+            conn.alias,
+        )
+        close_dead(conn.alias)
+        conn.ensure_connection()
+        # The statement's cursor was opened on the dead session: the wrapper the caller
+        # holds gets one of the new session (Django's CursorWrapper reads .cursor at
+        # each call), and the statement runs there, once.
+        context["cursor"].cursor = conn.create_cursor()
+    try:
+        return execute(sql, params, many, context)
+    finally:
+        mark_used(conn.alias)
+
+
+@contextmanager
+def handler_statements() -> Iterator[None]:
+    """Run a handler's statements in this thread with the idle check (module docstring).
+
+    A statement outside ``atomic()`` on a connection idle for :data:`IDLE_CHECK_S`
+    or more is preceded by Django's ``is_usable()`` (``SELECT 1``, or a ping on
+    MySQL); a dead connection is closed and opened again, and the statement runs on
+    the new one. Statements after a shorter idleness, and every statement inside
+    ``atomic()``, run as they are. Never raises by itself.
+
+    Implements: docs/design.md#execution.
+    """
+    for conn in connections.all():
+        if not getattr(conn, _CHECKED, False):
+            conn.execute_wrappers.append(_check_idle)  # this thread's wrapper, for good
+            setattr(conn, _CHECKED, True)
+    _in_handler.active = True
+    try:
+        yield
+    finally:
+        _in_handler.active = False

@@ -50,6 +50,10 @@ class JobContext:
         self._lease_lost = threading.Event()
         #: Set with the lease flag when the job ran past its timeout (stored as such).
         self.timed_out = False
+        #: Set by the worker once it began storing this attempt's outcome: a
+        #: heartbeat that then finds the job no longer processing crossed that
+        #: write, which reports a lost lease itself if there was one.
+        self.storing = False
 
     def __repr__(self) -> str:
         return f"<JobContext {self.job_type} jid={self.jid} attempt={self.attempt}>"

@@ -44,7 +44,7 @@ from ..core.validation import check_json
 from ..models import Job, JobStatus
 from ..store.registry import get_job_description
 from .completer import Completer
-from .connections import check_before_handler, recycle_connections
+from .connections import check_before_handler, handler_statements, recycle_connections
 from .context import JobContext
 from .middleware import Handler, Middleware, apply_middleware
 
@@ -174,14 +174,17 @@ def _finished(job: Job, status: str | None) -> None:
 def expire_if_due(job: Job) -> str | None | bool:
     """Dead-letter ``job`` if its ``expires_at`` passed before it started.
 
-    Both times come from the database clock. Returns False when the job has not
-    expired, else the stored status (``error``) or None if the lease was lost.
+    Both times come from the database clock: the start is ``started_at``, or the
+    claim's time (``heartbeat_at`` as the claim wrote it) for a job claimed not
+    started. Returns False when the job has not expired, else the stored status
+    (``error``) or None if the lease was lost.
     """
-    if job.expires_at is None or job.started_at is None or job.expires_at >= job.started_at:
+    started_at = job.started_at or job.heartbeat_at
+    if job.expires_at is None or started_at is None or job.expires_at >= started_at:
         return False
     message = (
         f"expired: the job expired at {job.expires_at.isoformat()} before it started "
-        f"at {job.started_at.isoformat()}, so it was not run"
+        f"at {started_at.isoformat()}, so it was not run"
     )
     return storage.fail(job, None, message=message, retryable=False)
 
@@ -235,6 +238,7 @@ def execute(
     _log_start(job)
     job_started.send(sender=job.job_type, job=job)
     status: str | None
+    ctx.storing = True  # an expiry or an unknown job type is stored before any handler
     expired = expire_if_due(job)
     if expired is not False:
         status = expired  # type: ignore[assignment]
@@ -249,12 +253,14 @@ def execute(
         _log_end(job, status, started)
         _finished(job, status)
         return status
+    ctx.storing = False
     handler = apply_middleware(_sync_handler(desc.handler), middleware)
     error: BaseException | None = None
     result: Any = None
     check_before_handler()  # its first query meets no connection that died idle
     try:
-        result = handler(job.payload, ctx)
+        with handler_statements():  # nor one that died while the handler computed
+            result = handler(job.payload, ctx)
     except Exception as exc:  # noqa: BLE001 (stored as the attempt's failure)
         error = exc
     finally:
@@ -271,6 +277,7 @@ def execute(
         )
         return None
     run_ms = _ms_since(started)
+    ctx.storing = True  # from here a heartbeat may cross the outcome's write
     if ctx.cancelled:
         status = JobStatus.CANCELLED if storage.finish_cancelled(job) else None
     elif error is not None:

@@ -48,7 +48,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from .. import storage
 from ..core.conf import get_config
@@ -65,9 +65,16 @@ from .connections import recycle_connections
 from .governor import Governor
 from .housekeeping import ForemanThreads
 from .middleware import Middleware, load_middleware
-from .options import PREFETCH, SHORT_JOB_MS, ForemanOptions, _Running, _Slot
+from .options import (
+    HOLD_FACTOR,
+    MIN_HOLD_MS,
+    SHORT_JOB_MS,
+    ForemanOptions,
+    _Running,
+    _Slot,
+)
 
-__all__ = ["PREFETCH", "Foreman", "ForemanOptions"]
+__all__ = ["Foreman", "ForemanOptions"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,20 +132,34 @@ class Foreman(ForemanClaims, ForemanThreads):
             concurrent=limits,
         )
         self.name = f"{socket.gethostname()}:{os.getpid()}"
-        self.prefetch = max(0, pick(options.prefetch, PREFETCH))
+        self.prefetch = max(0, options.prefetch or 0)
+        self.prefetch_ms = pick(options.prefetch_ms, config.PREFETCH_MS)
         #: With the default prefetch a claim may take more jobs while recent jobs
         #: were short (:data:`~.options.HOLD_MS`): they wait about a claim round
         #: trip in memory, and each claim feeds every slot for longer (a no-op drain
         #: at 1 x 4 here: 2,100 -> 5,700 jobs/s steady). A set prefetch stays as set.
         self._adaptive_prefetch = options.prefetch is None
+        if self._adaptive_prefetch and not self.prefetch_ms:
+            self._adaptive_prefetch, self.prefetch = False, 0  # PREFETCH_MS 0: off
+        #: How long (ms) a prefetched job may wait for a slot before it goes back.
+        self.hold_ms = max(MIN_HOLD_MS, HOLD_FACTOR * self.prefetch_ms)
         #: Moving average of this foreman's handler run times, ms.
         self.recent_run_ms = float(SHORT_JOB_MS)
+        #: Per job type that ran here, the median of its last run times, ms: which
+        #: types are short (:meth:`is_short`).
+        self.type_run_ms: dict[str, float] = {}
+        self._type_runs: dict[str, collections.deque[float]] = {}
         #: Gateway job types (``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``): they have no
         #: Python handler, so this foreman never claims them; gateway workers do.
         self.external_types = frozenset(get_config().GATEWAY.JOB_TYPES)
         self.completer = Completer(busy=self._busy_count) if options.batch_completions else None
         #: Claimed jobs no slot took yet, in claim order (the in-memory hand-off).
         self._inbox: collections.deque[_Running] = collections.deque()
+        #: Taking a held job and withdrawing it (to go back) exclude each other.
+        self._held_lock = threading.Lock()
+        #: Prefetched jobs by claim, (hold deadline, jobs), for the hold thread.
+        self._held_batches: collections.deque[tuple[float, list[_Running]]] = collections.deque()
+        self._hold_cond = threading.Condition()
         self._claim_lock = threading.Lock()
         self._claim_seq = 0
         self._last_claim_short = False
@@ -282,6 +303,7 @@ class Foreman(ForemanClaims, ForemanThreads):
             threading.Thread(target=self._heartbeat_loop, name="jq-heartbeat", daemon=True),
             threading.Thread(target=self._housekeeping_loop, name="jq-housekeeping", daemon=True),
             threading.Thread(target=self._relay_local_wakeups, name="jq-relay", daemon=True),
+            threading.Thread(target=self._hold_loop, name="jq-hold", daemon=True),
             threading.Thread(
                 target=wakeup.listen,
                 args=(self.using, self.wake, self._done, self.listener),
@@ -301,9 +323,16 @@ class Foreman(ForemanClaims, ForemanThreads):
             self._dispatch()
             self._drain()
         finally:
+            # A crash of the loop too: held jobs go back now, not at their lease's end.
+            try:
+                self._hand_back_held("handed back at worker shutdown")
+            except Exception:
+                logger.warning("handing back held jobs failed", exc_info=True)
             if self.completer is not None:
                 self.completer.close()
             self._done.set()
+            with self._hold_cond:
+                self._hold_cond.notify_all()
             for thread in helpers:
                 thread.join(timeout=2)
             self._finish_threads()
@@ -376,27 +405,6 @@ class Foreman(ForemanClaims, ForemanThreads):
             due = due.exclude(job_type__in=sorted(self.external_types))
         return due.exists()
 
-    def _drain(self) -> None:
-        deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
-        while not self._forced.is_set() and time.monotonic() < deadline:
-            alive = [t for t in self._threads if t.is_alive()]
-            if not alive:
-                break
-            self._wait(0.05)
-        if self.completer is not None:
-            self.completer.close()  # stored successes are not handed back
-        left = [r for r in self._snapshot() if not r.storing]
-        for running in left:
-            running.ctx.mark_lease_lost()
-            if storage.hand_back(running.job, message="handed back at worker shutdown"):
-                self._count("handed_back")
-                logger.warning(
-                    "job handed back at shutdown jid=%s type=%s attempt=%s",
-                    running.job.jid,
-                    running.job.job_type,
-                    running.job.attempt,
-                )
-
     # Worker slots --------------------------------------------------------------
 
     def _start_slot(self) -> None:
@@ -426,7 +434,14 @@ class Foreman(ForemanClaims, ForemanThreads):
                     runner = executor.Runner(f"{name}-runner")
                     continue
                 if call.error is not None:
-                    logger.error("worker cycle failed worker=%s", name, exc_info=call.error)
+                    if isinstance(call.error, (OperationalError, InterfaceError)):
+                        # The database is unreachable: its first line says it, once a try.
+                        first = str(call.error).strip() or type(call.error).__name__
+                        logger.warning(
+                            "worker cycle failed worker=%s (%s)", name, first.splitlines()[0]
+                        )
+                    else:
+                        logger.error("worker cycle failed worker=%s", name, exc_info=call.error)
                     self._wait(self.max_sleep_ms / 1000)
                     continue
                 if call.value:
@@ -545,6 +560,10 @@ class Foreman(ForemanClaims, ForemanThreads):
                 running.ctx.mark_lease_lost()
                 storage.hand_back(job, message="handed back at worker shutdown")
                 return True
+            if not self._start(running):
+                return True
+            now = time.monotonic()  # the run time and the deadline count from the start
+            running.started, running.deadline = now, now + job.timeout_ms / 1000
             with slot.lock:
                 slot.current = running
             status = executor.execute(
@@ -558,6 +577,7 @@ class Foreman(ForemanClaims, ForemanThreads):
             # runners may lose an update: it only steers the prefetch).
             run_ms = (time.monotonic() - running.started) * 1000
             self.recent_run_ms += (run_ms - self.recent_run_ms) / 20
+            self._record_run(job.job_type, run_ms)
             if status == executor.PENDING:
                 pending = running.storing = True
             elif status is not None:

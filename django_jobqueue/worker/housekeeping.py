@@ -34,7 +34,7 @@ from django.db import connections
 
 from .. import storage
 from ..core.conf import get_config
-from ..core.reconnect import retry_on_disconnect
+from ..core.reconnect import close_dead, retry_on_disconnect
 from ..models import JobStatus
 from ..store.jobstats import process_stats, prune_stats
 from ..store.workerstats import beat_worker, prune_workers, register_worker, stop_worker
@@ -44,7 +44,7 @@ from .connections import recycle_connections
 from .governor import Governor
 from .options import _Running
 
-__all__ = ["PRUNE_EVERY_S", "STATS_FLUSH_S", "ForemanThreads", "package_version"]
+__all__ = ["PRUNE_EVERY_S", "STATS_FLUSH_S", "ForemanThreads", "package_version", "unreachable"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,20 @@ _BEAT_RETRY_S = 0.5
 STATS_FLUSH_S = 2.0
 #: How often (s) the housekeeping thread prunes gone workers and old statistics.
 PRUNE_EVERY_S = 300.0
+
+
+def unreachable(using: str) -> str | None:
+    """Return why the database ``using`` cannot be reached now (the error's first
+    line), or None when this thread's connection to it answers; never raises."""
+    conn = connections[using]
+    try:
+        if conn.connection is not None and not conn.is_usable():
+            close_dead(using)
+        conn.ensure_connection()
+    except Exception as exc:  # noqa: BLE001 (the answer is the reason)
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
+    return None
 
 
 def package_version() -> str:
@@ -264,16 +278,28 @@ class ForemanThreads:
         """Extend the leases of ``running``; False if the write failed."""
         if not running:
             return True
+        started = [r for r in running if r.start_unrecorded]
         try:
-            alive, cancel = storage.heartbeat([r.job for r in running], lease_ms=self.lease_ms)
+            alive, cancel = storage.heartbeat(
+                [r.job for r in running],
+                lease_ms=self.lease_ms,
+                started=[r.job.pk for r in started],
+            )
         except Exception:
             logger.warning("heartbeat failed", exc_info=True)
             recycle_connections()
             return False
+        for r in started:
+            r.start_unrecorded = False
         for r in running:
             if r.job.pk in cancel:
                 r.ctx.mark_cancelled()
             if r.job.pk not in alive and not r.ctx.lease_lost:
+                # A beat that crossed the job's own outcome write found it no longer
+                # processing: not a lost lease. Were the lease lost, that write says
+                # so itself (storage logs "lease lost, ... not stored").
+                if r.ctx.storing:
+                    continue
                 with self._running_lock:
                     finished = self._running.get(r.job.pk) is not r
                 if finished:
@@ -351,12 +377,29 @@ class ForemanThreads:
             connections.close_all()
 
     def _finish_threads(self) -> None:
-        """At shutdown, after the helper threads stopped: the last counts, then stopped."""
-        self._flush_stats()
-        done, failed = self._totals()
-        try:
-            retry_on_disconnect(
-                self.using, stop_worker, self.using, self.name, done=done, failed=failed
+        """At shutdown, after the helper threads stopped: the last counts, then stopped.
+
+        When the database cannot be reached (down, partitioned, dropped) or refuses
+        these writes, one warning says what was not written, without a traceback:
+        the process exits, and the error's first line says all there is.
+        """
+        reason = unreachable(self.using)
+        if reason is None:
+            done, failed = self._totals()
+            try:
+                process_stats.flush(self.using, quiet=True)
+                retry_on_disconnect(
+                    self.using, stop_worker, self.using, self.name, done=done, failed=failed
+                )
+            except Exception as exc:  # noqa: BLE001 (reported below, in one line)
+                text = str(exc).strip()
+                reason = text.splitlines()[0] if text else type(exc).__name__
+        rows = process_stats.discard(self.using)
+        if reason is not None or rows:
+            logger.warning(
+                "job statistics not written at exit rows=%d, nor the worker's stopped "
+                "mark name=%s (%s)",
+                rows,
+                self.name,
+                reason or "the database refused them",
             )
-        except Exception:
-            logger.warning("marking the worker stopped failed name=%s", self.name, exc_info=True)

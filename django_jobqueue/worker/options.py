@@ -8,20 +8,39 @@ from dataclasses import dataclass
 from ..models import Job
 from .context import JobContext
 
-__all__ = ["HOLD_MS", "MAX_EXTRA_PER_SLOT", "PREFETCH", "SHORT_JOB_MS", "ForemanOptions"]
+__all__ = [
+    "HOLD_FACTOR",
+    "HOLD_MS",
+    "MAX_EXTRA_PER_SLOT",
+    "MIN_HOLD_MS",
+    "SHORT_JOB_MS",
+    "SHORT_TYPE_MS",
+    "ForemanOptions",
+]
 
-#: Default of :attr:`ForemanOptions.prefetch`.
-PREFETCH = 1
-#: With the default prefetch, how long (ms) a job held in memory may wait for a slot,
-#: on average: a claim takes that many more jobs than the free slots as the
-#: foreman's recent jobs fit in this time across its slots, at most
-#: :data:`MAX_EXTRA_PER_SLOT` per slot. No-op jobs (0.2 ms) then fill a claim round
-#: trip (12 more at concurrency 4); 10 ms jobs at concurrency 4 take none.
+#: Default of ``JOBQUEUE["PREFETCH_MS"]`` (README "Prefetch", docs/prefetch.md): how
+#: long (ms) a job held in memory may wait for a slot, on average. A claim takes that
+#: many more jobs than the free slots as the foreman's recent jobs fit in this time
+#: across its slots, at most :data:`MAX_EXTRA_PER_SLOT` per slot, and keeps only
+#: those of short job types (:data:`SHORT_TYPE_MS`). No-op jobs (0.2 ms) then fill a
+#: claim round trip (12 more at concurrency 4); 10 ms jobs at concurrency 4 take none.
 HOLD_MS = 2
-#: Most extra jobs per worker slot a default-prefetch claim takes.
+#: Most extra jobs per worker slot a prefetching claim takes.
 MAX_EXTRA_PER_SLOT = 3
-#: Assumed run time (ms) of a foreman's jobs before it has run any.
+#: Assumed run time (ms) of a foreman's jobs before it has run any (the claim's
+#: fit only; no job type counts as short before one of its jobs ran here).
 SHORT_JOB_MS = 5
+#: A job type is *short* while its recent run time in this foreman (a moving
+#: average, ms) is known and at most this: only short types are prefetched, and a
+#: short job starts without a write of its own (its start is stored with its
+#: outcome or the next heartbeat). Any other job stores its start before its
+#: handler runs: one statement, about 1% of a job this long.
+SHORT_TYPE_MS = 100
+#: A prefetched job that has not started this many prefetch budgets
+#: (``PREFETCH_MS``) after its claim goes back to the queue, ...
+HOLD_FACTOR = 5
+#: ... and never sooner than this (ms).
+MIN_HOLD_MS = 10
 
 
 @dataclass(frozen=True)
@@ -52,9 +71,12 @@ class ForemanOptions:
     #: Middleware dotted paths; None: ``JOBQUEUE["MIDDLEWARE"]``.
     middleware: tuple[str, ...] | None = None
     #: Jobs a claim may take beyond the free slots, held (and heartbeated) until a
-    #: slot is free; None: :data:`PREFETCH`, plus as many as the foreman's recent
-    #: jobs fit in :data:`HOLD_MS` across its slots (see there).
+    #: slot is free, of short job types only (:data:`SHORT_TYPE_MS`); None: as many
+    #: as the foreman's recent jobs fit in ``prefetch_ms`` across its slots.
     prefetch: int | None = None
+    #: The prefetch budget, ms (see :data:`HOLD_MS`); 0: no prefetch unless
+    #: ``prefetch`` is set; None: ``JOBQUEUE["PREFETCH_MS"]``.
+    prefetch_ms: int | None = None
     #: Store successes in batches (:class:`~.completer.Completer`).
     batch_completions: bool = True
 
@@ -67,6 +89,16 @@ class _Running:
     deadline: float = float("inf")
     #: Its success waits in the completer: not handed back at shutdown.
     storing: bool = False
+    #: Prefetched (beyond the free slots): the monotonic time by which it must have
+    #: started, else it goes back to the queue; 0.0: held for a free slot.
+    hold_until: float = 0.0
+    #: Taken by a runner from the inbox / withdrawn from it to go back (under the
+    #: foreman's hold lock: exactly one of them happens).
+    taken: bool = False
+    withdrawn: bool = False
+    #: Started without a write of its own, the start not stored yet: the next
+    #: heartbeat stores it (storage.heartbeat's ``started``).
+    start_unrecorded: bool = False
 
 
 class _Slot:

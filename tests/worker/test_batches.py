@@ -148,6 +148,7 @@ def test_foreman__a_claim_ahead_holds_no_more_than_the_prefetch_when_every_slot_
     for i in range(10):
         enqueue_job(None, "worker.record", {"label": str(i)})
     run = foreman(concurrency=1, prefetch=1)
+    run.type_run_ms["worker.record"] = 1.0  # a short job type: its jobs may be prefetched
     first = run._next_job("w")  # claims 2: this slot's job and one held
     assert first is not None and len(run._inbox) == 1
     assert storage.complete(first.job, None)

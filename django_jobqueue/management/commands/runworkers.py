@@ -43,6 +43,16 @@ def _ms(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
 def _queues(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",")]
     if not text.strip() or any(not name or len(name) > 100 for name in names):
@@ -106,6 +116,21 @@ class Command(BaseCommand):
             help="Least time between two worker spawns, ms (default: JOBQUEUE['RAMP_TIME_MS']).",
         )
         parser.add_argument(
+            "--prefetch-ms",
+            type=_ms,
+            default=None,
+            help="Prefetch budget, ms: a claim holds beyond its free slots as many jobs of "
+            "short job types as fit in it; 0: no prefetch (default: "
+            "JOBQUEUE['PREFETCH_MS']; README \"Prefetch\").",
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=_count,
+            default=None,
+            help="A fixed number of jobs a claim may hold beyond its free slots, of short "
+            "job types only, instead of the --prefetch-ms budget (default: the budget).",
+        )
+        parser.add_argument(
             "--lease",
             type=_ms,
             default=None,
@@ -149,6 +174,8 @@ class Command(BaseCommand):
         max_sleep: int | None,
         break_time: int | None,
         ramp_time: int | None,
+        prefetch_ms: int | None,
+        prefetch: int | None,
         lease: int | None,
         heartbeat: int | None,
         shutdown_timeout: int | None,
@@ -177,6 +204,8 @@ class Command(BaseCommand):
             "max_sleep_ms": max_sleep,
             "break_time_ms": break_time,
             "ramp_time_ms": ramp_time,
+            "prefetch_ms": prefetch_ms,
+            "prefetch": prefetch,
             "lease_ms": lease,
             "heartbeat_ms": heartbeat,
             "shutdown_timeout_ms": shutdown_timeout,

@@ -1,0 +1,122 @@
+"""Starts and the prefetch under real ``runworkers`` processes (README "Prefetch").
+
+- A job type that kills its process (``os._exit``) beside well-behaved jobs, with
+  prefetch on: the well-behaved ones claimed beside it lose no attempt, and the
+  crashing one ends ``max_retry`` after exactly ``1 + max_retry`` starts.
+- Two processes and long jobs: no job waits in one process's memory while the
+  other has a free slot.
+- Heartbeats every 10 ms racing the outcomes of 1,000 short jobs: no "lease lost".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.db import transaction
+
+from django_jobqueue import enqueue_job
+from django_jobqueue.models import Job, JobStatus
+from tests.testapp.models import RunRecord
+from tests.workers_helpers import StartedWorkers, run_workers
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_a_crashing_job_type__its_neighbours_lose_no_attempt__it_ends_after_exactly_its_starts(
+    tmp_path: Path,
+):
+    # Starts are counted in files the handlers append to: no statement, so the
+    # well-behaved jobs stay short (prefetched) on a loaded machine too.
+    crashes, quicks = str(tmp_path / "crash"), {"path": str(tmp_path / "quick")}
+    quick = [enqueue_job(None, "starts.quick", quicks, priority=1)["jid"] for _ in range(12)]
+    crash = enqueue_job(None, "starts.crash", {"path": crashes}, priority=2)["jid"]
+    with transaction.atomic():
+        quick += [enqueue_job(None, "starts.quick", quicks, priority=3)["jid"] for _ in range(40)]
+    workers = StartedWorkers(
+        "--processes", "2",
+        "--concurrency", "1",
+        "--lease", "1000",
+        "--ramp-time", "0",
+        "--min-sleep", "10",
+        "--max-sleep", "100",
+        "--prefetch", "4",  # a fixed prefetch: held jobs beside the crash whenever short
+        "--prefetch-ms", "1000",  # held for up to 5 s: the reaper finds them, not the hold
+    )  # fmt: skip
+    try:
+        workers.wait_started()
+        wait_for(
+            lambda: (
+                Job.objects.filter(jid__in=quick, status=JobStatus.DONE).count() == len(quick)
+                and Job.objects.get(jid=crash).status == JobStatus.MAX_RETRY
+            )
+        )
+    finally:
+        _code, log = workers.stop()
+    assert log.count("foreman process crashed") == 3, log[-5000:]
+    # Exactly 1 + max_retry (2) starts, each counted as an attempt.
+    assert Path(crashes).read_text().split("\n") == [f"{crash} {n}" for n in (1, 2, 3)] + [""]
+    row = Job.objects.get(jid=crash)
+    assert (row.status, row.attempt, len(row.errors)) == (JobStatus.MAX_RETRY, 3, 3)
+    # Every well-behaved job ran once, done at attempt 1.
+    runs = Path(quicks["path"]).read_text().split()
+    assert sorted(runs[0::2]) == sorted(quick)  # each once: none lost its success to a crash
+    assert set(runs[1::2]) == {"1"}
+    assert set(Job.objects.filter(jid__in=quick).values_list("attempt", flat=True)) == {1}
+    # Some were held beside the crash and went back unspent (else the test showed nothing).
+    assert "returned unspent" in log, log[-5000:]
+
+
+def test_two_processes_long_jobs__no_job_waits_beside_an_idle_slot():
+    """Three jobs that each wait until all three run at once: one process holding the
+    third for its busy slots would leave them all waiting (and say so)."""
+    first = StartedWorkers(
+        "--concurrency", "2", "--ramp-time", "0", "--min-sleep", "10", "--max-sleep", "50"
+    )
+    second = StartedWorkers(
+        "--concurrency", "2", "--ramp-time", "0", "--min-sleep", "10", "--max-sleep", "50"
+    )
+    try:
+        first.wait_started()
+        second.wait_started()
+        with transaction.atomic():
+            jids = [enqueue_job(None, "starts.gather", {"n": 3, "s": 20})["jid"] for _ in range(3)]
+        wait_for(lambda: Job.objects.filter(jid__in=jids, status=JobStatus.DONE).count() == 3)
+    finally:
+        first.stop()
+        second.stop()
+    results = list(Job.objects.filter(jid__in=jids).values_list("result", flat=True))
+    assert results == [{"together": True}] * 3
+    # Which process ran what: two in one, one in the other.
+    pids = [w.split(":")[1] for w in RunRecord.objects.values_list("worker", flat=True)]
+    assert sorted(pids.count(pid) for pid in set(pids)) == [1, 2]
+    assert set(Job.objects.filter(jid__in=jids).values_list("attempt", flat=True)) == {1}
+
+
+def test_heartbeats_racing_outcomes__no_lease_lost_in_1000_jobs():
+    with transaction.atomic():
+        for _ in range(1000):
+            enqueue_job(None, "maint.noop")
+    proc = run_workers(
+        "--burst",
+        "--concurrency", "4",
+        "--lease", "1000",
+        "--heartbeat", "10",  # a beat every 10 ms: many cross a batched done write
+        "--ramp-time", "0",
+        timeout_s=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert Job.objects.filter(status=JobStatus.DONE, attempt=1).count() == 1000
+    assert "lease lost" not in proc.stderr, [
+        line for line in proc.stderr.splitlines() if "lease lost" in line
+    ][:5]
+    assert "Traceback" not in proc.stderr
