@@ -159,13 +159,16 @@ def _fresh_stats_state() -> Any:
     be a rolled-back test's.
     """
     from django_jobqueue.overview import clear_totals_cache
+    from django_jobqueue.store.claimfloor import floors
     from django_jobqueue.store.workerstats import create_stats
 
     create_stats.clear()
     clear_totals_cache()
+    floors.clear()  # a claim floor is a key of an earlier test's rows
     yield
     create_stats.clear()
     clear_totals_cache()
+    floors.clear()
 
 
 #: How long a test's end waits for the worker threads it started, in seconds.
