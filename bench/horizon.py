@@ -43,7 +43,13 @@ its dead row versions at the end of the phase (PostgreSQL ``pg_relation_size``,
 ``information_schema.TABLES`` and InnoDB's history list length; SQLite the
 database and WAL file sizes), and what the workers' sessions were doing once a
 second (PostgreSQL ``pg_stat_activity`` wait events; MariaDB the process list's
-state). Prints the table, then one JSON line. ``uptime``'s load averages are printed
+state). Prints the table, then one JSON line.
+
+A PostgreSQL server with ``autovacuum = off`` (a CI configuration) would let the dead
+row versions pile up in every phase; there a thread of this benchmark stands in for
+autovacuum: every ``--naptime`` seconds, past autovacuum's threshold for the table,
+it runs ``VACUUM (ANALYZE)`` with autovacuum's cost delay (``vacuums`` in the table
+counts them, cumulatively). ``uptime``'s load averages are printed
 at the start and the end: the machine may be shared, so read ratios within a run.
 """
 
@@ -270,6 +276,53 @@ class SQLite(Vendor):
 VENDORS = {"postgres": Postgres, "mariadb": MariaDB, "sqlite": SQLite}
 
 
+class Autovacuum(threading.Thread):
+    """Stands in for PostgreSQL's autovacuum on a server that runs with it off.
+
+    Every ``naptime`` seconds it reads the job table's dead row versions and, past
+    autovacuum's own threshold (``autovacuum_vacuum_threshold`` + ``..._scale_factor``
+    x rows, the table's storage parameters first), runs ``VACUUM (ANALYZE)`` with
+    autovacuum's cost delay and limit. Counted in the figures as ``vacuums``.
+    """
+
+    def __init__(self, vendor: Vendor, naptime: float) -> None:
+        super().__init__(name="horizon-autovacuum", daemon=True)
+        self.vendor = vendor
+        self.naptime = naptime
+        self.stop = threading.Event()
+        self.vacuums = 0
+        self.conn = vendor.connect()
+
+    def run(self) -> None:
+        conn = self.conn
+        conn.execute("SET vacuum_cost_delay = '2ms'")
+        conn.execute("SET vacuum_cost_limit = 200")
+        while not self.stop.wait(self.naptime):
+            row = conn.execute(
+                "SELECT s.n_dead_tup, c.reltuples, c.reloptions, "
+                "current_setting('autovacuum_vacuum_threshold')::float, "
+                "current_setting('autovacuum_vacuum_scale_factor')::float "
+                "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid "
+                "WHERE c.relname = %s",
+                [self.vendor.table],
+            ).fetchone()
+            dead, rows, options, threshold, factor = row
+            for option in options or ():
+                name, _eq, value = option.partition("=")
+                if name == "autovacuum_vacuum_threshold":
+                    threshold = float(value)
+                elif name == "autovacuum_vacuum_scale_factor":
+                    factor = float(value)
+            if dead > threshold + factor * max(rows, 0):
+                conn.execute(f"VACUUM (ANALYZE) {self.vendor.table}")
+                self.vacuums += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(600)
+        self.conn.close()
+
+
 # --- the run -----------------------------------------------------------------------
 
 
@@ -422,6 +475,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     producer = Producer()
     side = vendor.connect()
     ours: set[Any] = {vendor.session_id(side)}
+    autovacuum = None
+    if args.db == "postgres" and side.execute("SHOW autovacuum").fetchone()[0] == "off":
+        autovacuum = Autovacuum(vendor, args.naptime)
+        ours.add(vendor.session_id(autovacuum.conn))
+        autovacuum.start()
+        print(f"  autovacuum is off here: VACUUM every {args.naptime:.0f} s past its threshold")
     try:
         time.sleep(3)  # started and idle
         producer.start()
@@ -440,6 +499,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sample(vendor, side, phase, ours, time.monotonic() + phase.seconds)
             phase.end = time.time()
             phase.stats = vendor.stats(side)
+            if autovacuum is not None:
+                phase.stats["vacuums"] = autovacuum.vacuums
             if holder is not None:
                 holder.commit() if args.db != "sqlite" else holder.execute("COMMIT")
                 holder.close()
@@ -460,6 +521,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         drained = wait_drained(Job, max(60.0, 2 * phases[-1].seconds))
     finally:
         producer.stop.set()
+        if autovacuum is not None:
+            autovacuum.close()
         worker.send_signal(signal.SIGTERM)
         try:
             worker.wait(60)
@@ -573,6 +636,7 @@ def print_table(result: dict[str, Any]) -> None:
         waits = ", ".join(f"{word} {share:.1f}" for word, share in row["waits"].items())
         dead = "-" if row.get("dead") is None else str(row["dead"])
         extra = f" wal {row['wal_mb']:.1f} MB" if row.get("wal_mb") is not None else ""
+        extra += f" vacuums {row['vacuums']}" if row.get("vacuums") is not None else ""
         print(
             f"{row['phase']:<10} {row['offered_per_s']:>9.0f} {row['throughput_per_s']:>7.0f} "
             f"{ratio:>5} {tail:>5} {_ms(row['p50_ms']):>7} {_ms(row['p99_ms']):>7} "
@@ -613,6 +677,13 @@ def main() -> None:
         type=float,
         default=100.0,
         help="pause of a reader between two scans, ms (%(default)r)",
+    )
+    parser.add_argument(
+        "--naptime",
+        type=float,
+        default=5.0,
+        help="PostgreSQL with autovacuum off: seconds between two looks at the dead "
+        "row versions (%(default)r; autovacuum's own is 60 s over all databases)",
     )
     parser.add_argument("--log", default="", help="runworkers' output file")
     parser.add_argument("--json", default="", help="also write the figures to this file")
