@@ -26,7 +26,9 @@ held_xmin      300    one session holds a snapshot open: PostgreSQL ``BEGIN;
                       read (its WAL cannot be checkpointed past it)
 recovery       120    nothing: the backlog of the phase before should drain
 readers        120    4 sessions scan the job table in REPEATABLE READ
-                      transactions, one after another (``--reader-pause-ms``)
+                      transactions, each pausing ``--reader-pause-ms`` (1 s)
+                      between two scans: on 2 cores, scans back to back
+                      would measure only the CPU they take
 overload       120    1.5 x the measured drain rate is offered
 =============  =====  =========================================================
 
@@ -675,7 +677,7 @@ def main() -> None:
     parser.add_argument(
         "--reader-pause-ms",
         type=float,
-        default=100.0,
+        default=1000.0,
         help="pause of a reader between two scans, ms (%(default)r)",
     )
     parser.add_argument(
