@@ -13,7 +13,7 @@ checkpoint. A transaction holding an old snapshot stops that clean-up, and a cla
 that walks the garbage slows down with it (docs/horizon.md). This benchmark starts a
 real ``runworkers --concurrency 4`` on the scratch database (bench/common.py), first
 measures the rate it drains at (bench/drain.py's burst drain, unless ``--rate`` is
-given), then offers half of that rate from this process (``bench.stamp`` jobs in one
+given), waits until the worker has run one probe job, then offers half of that rate from this process (``bench.stamp`` jobs in one
 ``enqueue_many`` transaction every 100 ms) through five phases:
 
 =============  =====  =========================================================
@@ -484,7 +484,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         autovacuum.start()
         print(f"  autovacuum is off here: VACUUM every {args.naptime:.0f} s past its threshold")
     try:
-        time.sleep(3)  # started and idle
+        wait_started(Job, worker)
         producer.start()
         producer.ready.wait(30)
         ours.add(producer.session)
@@ -544,6 +544,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "load_after": load_average(),
         "phases": figures,
     }
+
+
+def wait_started(job_model: Any, worker: subprocess.Popen[bytes]) -> None:
+    """Wait until ``worker`` has run one probe job (a loaded machine starts it slowly).
+
+    The probe's payload carries no enqueue time, so the figures leave it out.
+    """
+    from django_jobqueue import enqueue_job
+
+    jid = enqueue_job(None, "bench.stamp", {"probe": True}).jid
+    deadline = time.monotonic() + 300
+    while not job_model.objects.filter(jid=jid, status="done").exists():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("runworkers did not run the probe job")
+        time.sleep(0.2)
 
 
 def wait_drained(job_model: Any, timeout_s: float) -> bool:
