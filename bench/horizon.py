@@ -13,8 +13,9 @@ checkpoint. A transaction holding an old snapshot stops that clean-up, and a cla
 that walks the garbage slows down with it (docs/horizon.md). This benchmark starts a
 real ``runworkers --concurrency 4`` on the scratch database (bench/common.py), first
 measures the rate it drains at (bench/drain.py's burst drain, unless ``--rate`` is
-given), waits until the worker has run one probe job, then offers half of that rate from this process (``bench.stamp`` jobs in one
-``enqueue_many`` transaction every 100 ms) through five phases:
+given), waits until the worker has run one probe job, then offers half of that rate
+from this process (``bench.stamp`` jobs in one ``enqueue_many`` transaction every
+100 ms) through five phases:
 
 =============  =====  =========================================================
 phase          s      what else runs
