@@ -154,7 +154,9 @@ def main() -> None:
         "--batch-size", str(args.batch_size), "--pause-ms", str(args.pause_ms),
     ]  # fmt: skip
     prune_start = time.time()
-    proc = subprocess.run(command, cwd=ROOT, env=env_for("postgres"), capture_output=True, text=True, check=False)  # noqa: S603
+    proc = subprocess.run(
+        command, cwd=ROOT, env=env_for("postgres"), capture_output=True, text=True, check=False
+    )  # noqa: S603
     prune_end = time.time()
     claimer.stop.set()
     stop_wal.set()

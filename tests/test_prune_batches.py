@@ -32,7 +32,9 @@ def deleted_per_statement() -> Iterator[list[int]]:
     """Yield a list that gets the row count of every DELETE sent meanwhile."""
     counts: list[int] = []
 
-    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+    def wrapper(
+        execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+    ) -> Any:
         result = execute(sql, params, many, context)
         if sql.lstrip().upper().startswith("DELETE"):
             counts.append(context["cursor"].rowcount)
@@ -106,7 +108,9 @@ def test_delete_in_batches__a_row_changed_between_select_and_delete_stays() -> N
     retried = jobs[1]
     selects = 0
 
-    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+    def wrapper(
+        execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+    ) -> Any:
         nonlocal selects
         result = execute(sql, params, many, context)
         if sql.lstrip().upper().startswith("SELECT"):
