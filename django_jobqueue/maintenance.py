@@ -47,6 +47,7 @@ from .core.dbclock import Now
 from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 from .schedules import set_enabled_plans
 from .store import locks
+from .store.batches import delete_in_batches
 from .store.unique import cancel_release
 
 __all__ = [
@@ -262,33 +263,6 @@ def cancel_jobs(jobs: QuerySet[Job]) -> CancelCount:
     return CancelCount(cancelled=cancelled, requested=requested)
 
 
-def _delete_in_batches(jobs: QuerySet[Job], batch_size: int) -> int:
-    """Delete ``jobs`` ``batch_size`` pks per statement; return how many went.
-
-    Each batch selects pks, then deletes those still matching ``jobs`` (a row
-    changed in between, e.g. retried, stays). Outside a caller's transaction each
-    statement commits on its own.
-    """
-    using = jobs.db
-    jobs = jobs.order_by()
-    deleted = 0
-    while True:
-        pks = locks.retry_when_locked(
-            using,
-            lambda: list(jobs.values_list("pk", flat=True)[:batch_size]),
-        )
-        if not pks:
-            return deleted
-        count, _by_model = locks.retry_when_locked(
-            using,
-            lambda: jobs.filter(pk__in=pks).delete(),  # noqa: B023
-        )
-        deleted += count
-        logger.debug("deleted batch=%s total=%s", count, deleted)
-        if count == 0 or len(pks) < batch_size:
-            return deleted
-
-
 def check_batch_size(batch_size: int) -> None:
     """Raise ValueError unless ``batch_size`` is an integer >= 1."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -318,7 +292,7 @@ def delete_jobs(jobs: QuerySet[Job], *, batch_size: int = DEFAULT_BATCH_SIZE) ->
     """
     check_batch_size(batch_size)
     running = jobs.filter(status=JobStatus.PROCESSING).count()
-    deleted = _delete_in_batches(jobs.exclude(status=JobStatus.PROCESSING), batch_size)
+    deleted = delete_in_batches(jobs.exclude(status=JobStatus.PROCESSING), batch_size)
     logger.info("jobs deleted deleted=%s running_kept=%s", deleted, running)
     return DeleteCount(deleted=deleted, running=running)
 
@@ -364,6 +338,7 @@ def prune(
     dead: bool | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
+    pause_ms: int = 0,
 ) -> PruneCount:
     """Delete finished jobs past their retention, in batches.
 
@@ -384,6 +359,9 @@ def prune(
         Primary keys per DELETE statement, >= 1.
     dry_run
         Count what would go, delete nothing.
+    pause_ms
+        Sleep between two batches, ms (>= 0): spreads a big prune's writes, and the
+        WAL replicas replay, over time.
 
     Returns
     -------
@@ -394,28 +372,51 @@ def prune(
     Raises
     ------
     ValueError
-        If ``batch_size`` is not an integer >= 1.
+        If ``batch_size`` is not an integer >= 1, or ``pause_ms`` not one >= 0.
+
+    Each kind is deleted in batches that each start after the last key the batch
+    before saw, in ``(finished_at, pk)`` order over the ``(status, finished_at)``
+    index (:func:`~django_jobqueue.store.batches.delete_in_batches`), so a prune of
+    millions of rows stays linear and no batch holds its locks long
+    (docs/horizon.md, "Prune at scale").
 
     Implements: docs/design.md#execution, docs/design.md#ids.
     """
     check_batch_size(batch_size)
+    if isinstance(pause_ms, bool) or not isinstance(pause_ms, int) or pause_ms < 0:
+        raise ValueError(f"pause_ms must be an integer >= 0: got {pause_ms!r}.")
     config = get_config()
     retention = config.RETENTION if retention is None else retention
     include_dead = config.CLEAN_ERROR if dead is None else dead
     base = Job.objects.using(using).filter(_no_live_hold())
-    old = _finished_before(Now() - retention)
-    kinds: dict[str, QuerySet[Job]] = {
-        "done": base.filter(old, status=JobStatus.DONE),
-        "cancelled": base.filter(old, status=JobStatus.CANCELLED),
+    cutoff = Now() - retention
+    # Per kind, its parts and the key each is walked by: the rows stamped with
+    # finished_at in (status, finished_at) order, the few never stamped by pk.
+    kinds: dict[str, list[tuple[QuerySet[Job], str | None]]] = {
+        kind: [
+            (base.filter(status=status, finished_at__lte=cutoff), "finished_at"),
+            (base.filter(status=status, finished_at__isnull=True, updated_at__lte=cutoff), None),
+        ]
+        for kind, status in (("done", JobStatus.DONE), ("cancelled", JobStatus.CANCELLED))
     }
     if include_dead:
-        kinds["dead"] = base.filter(_dead_past_keep(keep), status__in=DEAD_STATUSES)
+        past_keep = _dead_past_keep(keep)
+        kinds["dead"] = [
+            part
+            for status in DEAD_STATUSES
+            for part in (
+                (base.filter(past_keep, status=status, finished_at__isnull=False), "finished_at"),
+                (base.filter(past_keep, status=status, finished_at__isnull=True), None),
+            )
+        ]
     counts: dict[str, int] = {}
-    for kind, jobs in kinds.items():
-        if dry_run:
-            counts[kind] = jobs.count()
-        else:
-            counts[kind] = _delete_in_batches(jobs, batch_size)
+    for kind, parts in kinds.items():
+        counts[kind] = 0
+        for jobs, key in parts:
+            if dry_run:
+                counts[kind] += jobs.count()
+            else:
+                counts[kind] += delete_in_batches(jobs, batch_size, key=key, pause_ms=pause_ms)
     result = PruneCount(
         done=counts["done"],
         cancelled=counts["cancelled"],

@@ -164,14 +164,17 @@ def _fresh_stats_state(request: Any) -> Any:
     thread writes on a connection of its own, outside the test's transaction, where
     its rows would outlive the test; elsewhere a test writes them with ``flush``.
     """
+    from django_jobqueue.store.claimfloor import floors
     from django_jobqueue.store.jobstats import process_stats
 
     marker = request.node.get_closest_marker("django_db")
     process_stats.clear()
     process_stats.flush_timer = bool(marker and marker.kwargs.get("transaction"))
+    floors.clear()  # a claim floor is a key of an earlier test's rows
     yield
     process_stats.clear()
     process_stats.flush_timer = True
+    floors.clear()
 
 
 #: How long a test's end waits for the worker threads it started, in seconds.

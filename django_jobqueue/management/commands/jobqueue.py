@@ -120,6 +120,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _pause_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 60_000:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 60,000 ms: got {text!r}")
+    return value
+
+
 def _duration(text: str) -> timedelta:
     try:
         value = parse_duration(text, name="the duration")
@@ -305,6 +315,13 @@ def _prune_arguments(parser: CommandParser) -> None:
         help="Jobs per DELETE statement (default: %(default)r).",
     )
     parser.add_argument(
+        "--pause-ms",
+        type=_pause_ms,
+        default=0,
+        help="Sleep between two batches, in ms, to spread a big prune's writes over time "
+        "(default: %(default)r).",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
     )
 
@@ -323,6 +340,7 @@ def _prune(
     dead: bool,
     keep: timedelta | None,
     batch_size: int,
+    pause_ms: int,
     dry_run: bool,
     **options: Any,
 ) -> None:
@@ -340,6 +358,7 @@ def _prune(
         dead=include_dead,
         batch_size=batch_size,
         dry_run=dry_run,
+        pause_ms=pause_ms,
     )
     audit_rows = prune_audit(using, dry_run=dry_run)
     if not dry_run:  # many short transactions by design: recorded once they are done

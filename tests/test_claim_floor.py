@@ -1,0 +1,207 @@
+"""The claim's floor (django_jobqueue/store/claimfloor.py, docs/horizon.md).
+
+While claims from the start of the claim index are slow (dead entries), a PostgreSQL
+claim starts at the key of the first row the last claim took; a claim from the start
+still runs every ``FULL_CLAIM_EVERY_S``, and a fast one turns the floor off. MariaDB
+and SQLite never take a floor. The thresholds are set by the tests, never timed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import close_old_connections, connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_jobqueue import enqueue_job, storage
+from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store import claimfloor
+
+BOUND = "(priority, run_at, id) >="
+FILTERS = ("default", (), (), frozenset())
+
+
+@pytest.fixture
+def slow_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every claim from the start counts as slow; no claim from the start is due."""
+    monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 3600.0)
+
+
+def _claim_sql(queries: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if "SKIP LOCKED" in q["sql"]]
+
+
+def _key(job: Job) -> claimfloor.Key:
+    return (job.priority, job.run_at, job.pk)
+
+
+# the policy, no database ---------------------------------------------------------
+
+
+def test_floors__on_after_a_slow_claim_from_the_start_off_after_a_fast_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    floors = claimfloor.ClaimFloors()
+    key = (100, timezone.now(), 7)
+    floors.settle(FILTERS, started=None, first=key, took_ms=claimfloor.SLOW_CLAIM_MS - 1)
+    assert floors.start(FILTERS) is None  # fast: no floor
+
+    floors.settle(FILTERS, started=None, first=key, took_ms=claimfloor.SLOW_CLAIM_MS)
+    assert floors.start(FILTERS) == key
+    later = (100, key[1] + timedelta(seconds=1), 9)
+    floors.settle(FILTERS, started=key, first=later, took_ms=0.1)
+    assert floors.start(FILTERS) == later  # moves up with each claim's first row
+    floors.settle(FILTERS, started=later, first=None, took_ms=0.1)
+    assert floors.start(FILTERS) == later  # an empty claim leaves it where it was
+    assert floors.start(("default", ("other",), (), frozenset())) is None  # per filter set
+
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)
+    assert floors.start(FILTERS) is None  # a claim from the start is due
+    floors.settle(FILTERS, started=None, first=None, took_ms=0.1)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 3600.0)
+    assert floors.start(FILTERS) is None  # that one was fast: off
+
+
+def test_floors__remember_a_bounded_number_of_filter_sets() -> None:
+    floors = claimfloor.ClaimFloors()
+    key = (1, timezone.now(), 1)
+    for n in range(claimfloor.MAX_FILTER_SETS + 5):
+        floors.settle(("default", (f"q{n}",)), started=None, first=key, took_ms=1e6)
+    assert floors.start(("default", ("q0",))) is None  # the oldest went
+    assert floors.start(("default", (f"q{claimfloor.MAX_FILTER_SETS + 4}",))) == key
+    assert len(floors._floors) == claimfloor.MAX_FILTER_SETS
+
+
+# PostgreSQL: claims start at the floor ----------------------------------------------
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db
+@pytest.mark.usefixtures("slow_claims")
+def test_claim__starts_at_the_first_row_of_the_last_claim_while_claims_are_slow() -> None:
+    jids = [enqueue_job(None, "worker.record", {"n": n}).jid for n in range(4)]
+
+    with CaptureQueriesContext(connection) as queries:
+        first = storage.claim("default", owner="w", limit=1)
+        second = storage.claim("default", owner="w", limit=2)
+
+    assert [job.jid for job in first + second] == jids[:3]
+    full, floored = _claim_sql(queries)
+    assert BOUND not in full
+    assert BOUND in floored
+    assert claimfloor.floors.start(FILTERS) == _key(second[0])
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db
+@pytest.mark.usefixtures("slow_claims")
+def test_claim__a_job_written_below_the_floor_waits_for_the_next_claim_from_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    enqueue_job(None, "worker.record", {"n": 1})
+    later = enqueue_job(None, "worker.record", {"n": 2})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
+    urgent = enqueue_job(None, "worker.record", {"n": 3}, priority=1)
+    backdated = enqueue_job(None, "worker.record", {"n": 4}, at=timezone.now() - timedelta(hours=1))
+
+    floored = storage.claim("default", owner="w", limit=5)
+    assert [job.jid for job in floored] == [later.jid]  # both below the floor
+
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
+    full = storage.claim("default", owner="w", limit=5)
+    assert [job.jid for job in full] == [urgent.jid, backdated.jid]
+    assert not Job.objects.filter(waiting=True).exists()
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db
+@pytest.mark.usefixtures("slow_claims")
+def test_claim__floors_are_kept_per_filter_set() -> None:
+    enqueue_job(None, "worker.record", {"n": 1})
+    storage.claim("default", owner="w", limit=1)  # every queue: floor on
+    other = enqueue_job("other", "worker.record", {"n": 2}, priority=1)
+
+    with CaptureQueriesContext(connection) as queries:
+        named = storage.claim("default", owner="w", limit=1, queues=["other"])
+
+    assert [job.jid for job in named] == [other.jid]
+    assert BOUND not in _claim_sql(queries)[0]  # its own filters: no floor yet
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+def test_claim__racing_claimers_with_floors_claim_every_job_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.05)
+    total = 400
+    claimed: list[str] = []
+    lock = threading.Lock()
+    producing = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for n in range(total):
+                # Mixed priorities and backdated jobs: some land below a floor.
+                priority = 1 if n % 7 == 0 else 100
+                at = timezone.now() - timedelta(seconds=30) if n % 11 == 0 else None
+                enqueue_job(None, "worker.record", {"n": n}, priority=priority, at=at)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            producing.set()
+            close_old_connections()
+
+    def claim(name: str) -> None:
+        # Until every job is claimed (a job below a floor waits for a claim from the
+        # start), within a generous bound.
+        deadline = time.monotonic() + 120
+        try:
+            while time.monotonic() < deadline:
+                jobs = storage.claim("default", owner=name, limit=3)
+                with lock:
+                    claimed.extend(job.jid for job in jobs)
+                    if producing.is_set() and len(claimed) >= total:
+                        return
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            close_old_connections()
+
+    threads = [threading.Thread(target=produce)]
+    threads += [threading.Thread(target=claim, args=(f"w{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(180)
+
+    assert errors == []
+    assert len(claimed) == len(set(claimed)) == total
+    assert Job.objects.filter(status=JobStatus.PROCESSING).count() == total
+
+
+# MariaDB and SQLite: no floor ---------------------------------------------------------
+
+
+@pytest.mark.vendor("mysql", "sqlite")
+@pytest.mark.django_db
+@pytest.mark.usefixtures("slow_claims")
+def test_claim__other_databases_always_claim_from_the_start() -> None:
+    jids = [enqueue_job(None, "worker.record", {"n": n}).jid for n in range(2)]
+
+    with CaptureQueriesContext(connection) as queries:
+        first = storage.claim("default", owner="w", limit=1)
+        urgent = enqueue_job(None, "worker.record", {"n": 9}, priority=1)
+        second = storage.claim("default", owner="w", limit=2)
+
+    assert [job.jid for job in first] == jids[:1]
+    assert [job.jid for job in second] == [urgent.jid, jids[1]]
+    assert not any(BOUND in q["sql"] for q in queries.captured_queries)
+    assert claimfloor.floors.start(FILTERS) is None
