@@ -14,7 +14,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_jobqueue", "0011_worker_owner_token"),
+        ("django_jobqueue", "0014_stat_totals_pickup"),
     ]
 
     operations = [
