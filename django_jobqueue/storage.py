@@ -307,12 +307,13 @@ def heartbeat(
     rows = Job.objects.using(using).filter(owned, status=JobStatus.PROCESSING)
     by_pk = {job.pk: job for job in jobs}
 
-    fields: dict[str, Any] = {"lease_expires_at": Now() + lease, "heartbeat_at": Now()}
-    if started:
+    fields: dict[str, Any] = {}
+    if started:  # first: MySQL assigns left to right, and it reads the claim's heartbeat_at
         fields["started_at"] = Case(
-            When(pk__in=list(started), then=Coalesce(F("started_at"), Now())),
+            When(pk__in=list(started), then=Coalesce(F("started_at"), F("heartbeat_at"))),
             default=F("started_at"),
         )
+    fields.update(lease_expires_at=Now() + lease, heartbeat_at=Now())
 
     def beat() -> tuple[set[int], set[int]]:
         rows.update(**fields)
@@ -334,15 +335,18 @@ def mark_started(job: Job) -> bool:
     """Store that ``job``, claimed not started (``claim(started=False)``), starts now.
 
     One guarded write of ``started_at``: from now on an expired lease spends the
-    attempt (:func:`reap_expired`). Returns False, writing nothing, if the lease
-    was lost meanwhile: the job is not the caller's to run.
+    attempt (:func:`reap_expired`). The value stored is the claim's time
+    (``heartbeat_at`` as the claim wrote it, by the database clock), as every start
+    of a claimed job is (:func:`heartbeat`, the outcomes), so the start a handler
+    sees and the stored one agree. Returns False, writing nothing, if the lease was
+    lost meanwhile: the job is not the caller's to run.
     """
-    return _write(job, {"started_at": Now()}, "start")
+    return _write(job, {"started_at": job.heartbeat_at or Now()}, "start")
 
 
 #: An outcome's ``started_at``: a job started without a write of its own
-#: (:func:`heartbeat`'s ``started``) has none stored yet; its outcome's time stands in.
-_START_AT_THE_LATEST: dict[str, Any] = {"started_at": Coalesce(F("started_at"), Now())}
+#: (:func:`heartbeat`'s ``started``) has none stored yet; the claim's time stands in.
+_START_AT_THE_LATEST: dict[str, Any] = {"started_at": Coalesce(F("started_at"), F("heartbeat_at"))}
 
 
 def complete(job: Job, result: Any = None, *, run_ms: int | None = None) -> bool:

@@ -378,14 +378,14 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
         f"result = CASE id {result_sql} END",
         f"finished_at = {now}",
         f"updated_at = {now}",
-        # A job started without a write of its own (storage.claim): now at the latest.
-        f"started_at = COALESCE(started_at, {now})",
+        # A job started without a write of its own (storage.claim): the claim's time.
+        "started_at = COALESCE(started_at, heartbeat_at)",
         "message = %s",
         "lease_token = %s",
         "lease_expires_at = NULL",
     ]
     # lease_owner stays: a finished job says which worker ran it (storage._LEASE_ENDED).
-    params += [*now_params, *now_params, *now_params, "", ""]
+    params += [*now_params, *now_params, "", ""]
     held = [(job, dedupe) for job, _r, dedupe in items if dedupe]
     if held:
         whens = " ".join(f"WHEN %s THEN {plus.format(now=now)}" for _ in held)
@@ -437,8 +437,8 @@ def _complete_rows_pg(using: str, items: Sequence[tuple[Job, Any, timedelta | No
     holds = [dedupe or None for _j, _r, dedupe in items]
     sql = (
         f"UPDATE {table} AS j SET status = %s, result = NULLIF(u.result, 'null'::jsonb), "
-        f"finished_at = {now}, updated_at = {now}, started_at = COALESCE(j.started_at, {now}), "
-        "message = '', "
+        f"finished_at = {now}, updated_at = {now}, "
+        "started_at = COALESCE(j.started_at, j.heartbeat_at), message = '', "
         "lease_token = '', lease_expires_at = NULL, "
         f"id_held_until = CASE WHEN u.hold IS NULL THEN j.id_held_until ELSE {now} + u.hold END, "
         "job_id_hash = CASE WHEN u.hold IS NULL THEN NULL ELSE j.job_id_hash END, "

@@ -60,7 +60,7 @@ class ForemanClaims:
     external_types: frozenset[str]
     recent_run_ms: float
     type_run_ms: dict[str, float]
-    _type_runs: dict[str, collections.deque[float]]
+    _type_runs: dict[str, tuple[float, ...]]
     claims: int
     largest_claim: int
     _adaptive_prefetch: bool
@@ -141,17 +141,18 @@ class ForemanClaims:
         The median of the last :data:`_TYPE_RUNS` runs: a first run slowed by a
         process's warm-up does not keep a short type from being short.
         """
-        runs = self._type_runs.get(job_type)
-        if runs is None:
-            runs = self._type_runs[job_type] = collections.deque(maxlen=_TYPE_RUNS)
-        runs.append(run_ms)
+        # Tuples, replaced whole: runners record at once without a lock (a lost
+        # update only steers the prefetch a little).
+        runs = (*self._type_runs.get(job_type, ())[1 - _TYPE_RUNS :], run_ms)
+        self._type_runs[job_type] = runs
         self.type_run_ms[job_type] = sorted(runs)[len(runs) // 2]
 
     def _prefetch_now(self) -> int:
         """Jobs the next claim may take beyond the free slots: none until a short job
         type is known; else :attr:`prefetch` when set, or as many as the recent jobs
         fit in ``prefetch_ms`` across the slots, bounded."""
-        if not any(run_ms <= SHORT_TYPE_MS for run_ms in self.type_run_ms.values()):
+        known = list(self.type_run_ms.values())  # one C-level copy: runners add types
+        if not any(run_ms <= SHORT_TYPE_MS for run_ms in known):
             return 0
         if not self._adaptive_prefetch:
             return self.prefetch

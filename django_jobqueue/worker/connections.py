@@ -171,10 +171,13 @@ def handler_statements() -> Iterator[None]:
 
     Implements: docs/design.md#execution.
     """
-    for conn in connections.all():
-        if not getattr(conn, _CHECKED, False):
-            conn.execute_wrappers.append(_check_idle)  # this thread's wrapper, for good
-            setattr(conn, _CHECKED, True)
+    if not getattr(_in_handler, "installed", False):
+        # Once per thread: its connection wrappers (one per alias) live as long as it.
+        for conn in connections.all():
+            if not getattr(conn, _CHECKED, False):
+                conn.execute_wrappers.append(_check_idle)
+                setattr(conn, _CHECKED, True)
+        _in_handler.installed = True
     _in_handler.active = True
     try:
         yield

@@ -148,7 +148,7 @@ class Foreman(ForemanClaims, ForemanThreads):
         #: Per job type that ran here, the median of its last run times, ms: which
         #: types are short (:meth:`is_short`).
         self.type_run_ms: dict[str, float] = {}
-        self._type_runs: dict[str, collections.deque[float]] = {}
+        self._type_runs: dict[str, tuple[float, ...]] = {}
         #: Gateway job types (``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``): they have no
         #: Python handler, so this foreman never claims them; gateway workers do.
         self.external_types = frozenset(get_config().GATEWAY.JOB_TYPES)
