@@ -156,11 +156,11 @@ async def _producers(base: str, token: str, seconds: float, count: int = 4) -> l
 
 
 async def _waiting_claims(
-    base: str, token: str, count: int, stop: asyncio.Event, waiting: list[float]
+    base: str, token: str, count: int, stop: asyncio.Event, waiting: list[int]
 ) -> dict[str, int]:
     """``count`` claimers long-poll until ``stop``; ``waiting[0]``: how many wait now,
-    ``waiting[1]``: how many pause after a capped answer, ``waiting[2]``: when the
-    last answer came (time.monotonic() s)."""
+    ``waiting[1]``: how many pause after a capped answer, ``waiting[2]``: how many
+    claimers have had an answer."""
     import httpx
 
     tally: dict[str, Any] = {"claims": 0, "capped": 0}
@@ -175,6 +175,7 @@ async def _waiting_claims(
             # 4 to 6 s, spread: a fleet's claims do not all end and start again at once.
             wait_ms = 4_000 + (n * 2_000) // max(1, count - 1)
             body = {"queues": [IDLE_QUEUE], "wait_ms": wait_ms, "worker": f"bench-{n}"}
+            answered = False
             while not stop.is_set():
                 waiting[0] += 1
                 try:
@@ -182,7 +183,9 @@ async def _waiting_claims(
                 finally:
                     waiting[0] -= 1
                 tally["claims"] += 1
-                waiting[2] = time.monotonic()
+                if not answered:
+                    answered = True
+                    waiting[2] += 1
                 if response.status_code != 200:
                     tally["errors"] = tally.get("errors", 0) + 1
                     errors.setdefault(response.text[:200], 0)
@@ -203,20 +206,27 @@ async def _waiting_claims(
     return tally
 
 
-def producers_with_claims(base: str, token: str, claims: int, seconds: float) -> dict[str, Any]:
-    """Producer latencies while ``claims`` claims wait (0: none); one event loop."""
+def producers_with_claims(
+    base: str, token: str, claims: int, seconds: float, server_waits: int | None = None
+) -> dict[str, Any]:
+    """Producer latencies while ``claims`` claims wait (0: none); one event loop.
+
+    ``server_waits``: how many claims the server lets wait at once (None: all); the
+    producers start once every other claimer has had its first (capped) answer."""
 
     async def scenario() -> dict[str, Any]:
         stop = asyncio.Event()
-        waiting = [0, 0, 0.0]
+        waiting = [0, 0, 0]
+        answers_first = claims - (claims if server_waits is None else server_waits)
         claimers = asyncio.create_task(_waiting_claims(base, token, claims, stop, waiting))
         if claims:
-            # Producers start once every claim waits on the server or pauses after a
-            # capped answer, and no answer came for 0.5 s: under WSGI the first
-            # burst of claims has been served (its cost is not the steady state's).
+            # Producers start once every claim is on its way to the server or pauses
+            # after a capped answer, and every claim the server cannot let wait has
+            # had its answer: under WSGI the first burst of claims has been served
+            # (its cost is not the steady state's).
             settle = time.monotonic() + 60
             while time.monotonic() < settle and (
-                waiting[0] + waiting[1] < claims or time.monotonic() - waiting[2] < 0.5
+                waiting[0] + waiting[1] < claims or waiting[2] < answers_first
             ):
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.5)  # the last requests reach the server and wait there
@@ -326,7 +336,8 @@ def run_legs(env: dict[str, str], token: str, seconds: float) -> dict[str, Any]:
         base = f"http://127.0.0.1:{wsgi_port}/sdk"
         enqueue_latencies(base, token, 20, 10)
         figures["wsgi_alone"] = producers_with_claims(base, token, 0, seconds)
-        figures["wsgi_200"] = producers_with_claims(base, token, 200, seconds)
+        # 2 processes, MAX_WAITING_CLAIMS 2 each: 4 claims wait, the rest are capped.
+        figures["wsgi_200"] = producers_with_claims(base, token, 200, seconds, server_waits=4)
         figures["gunicorn_slow"] = with_slow_sockets(
             wsgi_port, token, lambda: enqueue_latencies(base, token, 1, 5)
         )

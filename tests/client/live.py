@@ -96,7 +96,8 @@ def live_gateway(
             if process.poll() is not None:
                 raise RuntimeError(f"the gateway server exited: {_output(log.name)}")
             try:
-                if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
+                # The schema is built on each request: seconds on a loaded machine.
+                if httpx.get(f"{url}/openapi.json", timeout=15).status_code == 200:
                     break
             except httpx.TransportError:
                 pass

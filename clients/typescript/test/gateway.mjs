@@ -91,21 +91,22 @@ export async function startGateway() {
     }
     await rm(dir, { recursive: true, force: true });
   };
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + 60_000;
   for (;;) {
     if (server.exitCode !== null) {
       await stop();
       throw new Error(`runserver exited with ${server.exitCode}:\n${log}`);
     }
     try {
-      const answer = await fetch(`${url}/sdk/openapi.json`, { signal: AbortSignal.timeout(2000) });
+      // The schema is built on each request: seconds on a loaded machine.
+      const answer = await fetch(`${url}/sdk/openapi.json`, { signal: AbortSignal.timeout(15_000) });
       if (answer.ok) break;
     } catch {
       // not listening yet
     }
     if (Date.now() > deadline) {
       await stop();
-      throw new Error(`runserver did not answer within 30 s:\n${log}`);
+      throw new Error(`runserver did not answer within 60 s:\n${log}`);
     }
     await new Promise((ok) => setTimeout(ok, 100));
   }
