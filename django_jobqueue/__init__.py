@@ -70,9 +70,9 @@ leaves (``:``)                ``core/``: ``conf`` (the JOBQUEUE settings), ``dur
                               handler)
 ============================  ===========================================================
 
-The HTTP client (``client/``) is in no layer: nothing of the app imports it, and it
-imports nothing of Django, ninja or pydantic, nor the gateway's code (of the app, only
-the leaf ``core.stopsignals``, for its worker's SIGTERM).
+The HTTP client (``client/``) is in no layer: it re-exports ``jobqueue_client``, the
+distribution ``django-jobqueue-client`` (``clients/python/``), which imports nothing of
+Django, ninja or pydantic, nor anything of this package; nothing of the app imports it.
 
 ``exceptions``, ``apitokens`` and ``licence/`` at the top are the old, documented paths of
 modules now in ``core/`` and ``store/``: re-exports that no module of the app imports

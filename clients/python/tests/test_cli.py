@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import jobqueue_client
 
-from .test_client import LIVE_TOKEN, LIVE_URL, free_port
+LIVE_URL = os.environ.get("JQ_TEST_URL", "")
+LIVE_TOKEN = os.environ.get("JQ_TEST_TOKEN", "")
 
 #: Seconds a process may take to start and answer.
 TIMEOUT_S = 60
@@ -166,6 +168,12 @@ class RefusedTests(unittest.TestCase):
             )  # fmt: skip
         self.assertEqual(done.returncode, 1, done.stderr)
         self.assertIn("jobqueue-worker: ERROR the gateway refused the worker: 401", done.stderr)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _read(file) -> str:
