@@ -30,7 +30,16 @@ from django_jobqueue.models import Job, JobStatus, Worker
 from . import conformance as cf
 from .live import live_gateway
 
-pytestmark = [pytest.mark.clients, pytest.mark.django_db(transaction=True)]
+#: A skip mark, not a skip in a fixture: the module's gateways are not even started in
+#: the other legs.
+pytestmark = [
+    pytest.mark.clients,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not os.environ.get("JOBQUEUE_TEST_CLIENTS"),
+        reason="the clients' conformance runs in scripts/test's clients leg only",
+    ),
+]
 
 #: Verbs (README "Verbs and their answers") to the OpenAPI operationId each calls.
 VERB_OPERATIONS = {
@@ -66,12 +75,6 @@ WORKER_TIMEOUT_S = 120
 WORKER_JOBS = 20
 #: How long each job running at the SIGTERM takes, ms.
 SLEEP_MS = 2_000
-
-
-@pytest.fixture(autouse=True)
-def _clients_leg_only() -> None:
-    if not os.environ.get("JOBQUEUE_TEST_CLIENTS"):
-        pytest.skip("the clients' conformance runs in scripts/test's clients leg only")
 
 
 @pytest.fixture(scope="module")
