@@ -373,9 +373,14 @@ def worker() -> int:
         child = client.enqueue(payload["job_type"], payload.get("payload"), queue=payload["queue"])
         return {"lang": LANG, "jid": child.jid}
 
+    def sleep(payload: Any, ctx: JobContext) -> Any:
+        time.sleep(payload["ms"] / 1000)
+        return {"lang": LANG, "slept": payload["ms"]}
+
     handlers: dict[str, Callable[[Any, JobContext], Any]] = {
         "conformance.echo": echo,
         "conformance.spawn": spawn,
+        "conformance.sleep": sleep,
     }
     concurrency = int(os.environ.get("JOBQUEUE_CONCURRENCY") or 4)
     stats = Worker(

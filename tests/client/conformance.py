@@ -36,6 +36,7 @@ JOB_TYPES = {
     "conformance.echo": {"queue": "conformance", "max_retry": 3},
     "conformance.spawn": {"queue": "conformance"},
     "conformance.secure": {"queue": "conformance", "secure": True},
+    "conformance.sleep": {"queue": "conformance"},
 }
 GATEWAY_JOBQUEUE: dict[str, Any] = {
     "LEASE_MS": 30_000,

@@ -24,12 +24,22 @@ import httpx
 import pytest
 from django.db.models import Q
 
+from django_jobqueue.client import Client
 from django_jobqueue.models import Job, JobStatus, Worker
 
 from . import conformance as cf
 from .live import live_gateway
 
-pytestmark = [pytest.mark.clients, pytest.mark.django_db(transaction=True)]
+#: A skip mark, not a skip in a fixture: the module's gateways are not even started in
+#: the other legs.
+pytestmark = [
+    pytest.mark.clients,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not os.environ.get("JOBQUEUE_TEST_CLIENTS"),
+        reason="the clients' conformance runs in scripts/test's clients leg only",
+    ),
+]
 
 #: Verbs (README "Verbs and their answers") to the OpenAPI operationId each calls.
 VERB_OPERATIONS = {
@@ -63,12 +73,8 @@ NOT_IN_CLIENTS = {
 #: Seconds a worker may take to drain its jobs.
 WORKER_TIMEOUT_S = 120
 WORKER_JOBS = 20
-
-
-@pytest.fixture(autouse=True)
-def _clients_leg_only() -> None:
-    if not os.environ.get("JOBQUEUE_TEST_CLIENTS"):
-        pytest.skip("the clients' conformance runs in scripts/test's clients leg only")
+#: How long each job running at the SIGTERM takes, ms.
+SLEEP_MS = 2_000
 
 
 @pytest.fixture(scope="module")
@@ -162,10 +168,12 @@ def _check_stored(lang: str) -> None:
 
 
 @pytest.mark.parametrize("lang", cf.languages())
-def test_worker_runs_echo_and_spawn_then_drains_on_sigterm(lang, gateways, tmp_path, make_token):
-    """``conformance worker``: echo jobs, an enqueue from inside a handler, SIGTERM."""
+def test_worker_runs_echo_and_spawn_and_finishes_running_jobs_on_sigterm(
+    lang, gateways, tmp_path, make_token
+):
+    """``conformance worker``: echo jobs, an enqueue from inside a handler, then SIGTERM
+    while four jobs run: they finish and are reported, and the worker exits 0."""
     cf.build(lang)
-    from django_jobqueue.client import Client
 
     queue = f"cf-worker-{lang}"
     tokens = tmp_path / "tokens.json"
@@ -186,6 +194,7 @@ def test_worker_runs_echo_and_spawn_then_drains_on_sigterm(lang, gateways, tmp_p
         ).jid
     env = cf.runner_env(url, tokens, {"JOBQUEUE_QUEUE": queue, "JOBQUEUE_CONCURRENCY": "4"})
     log = tmp_path / "worker.log"
+    sleeps: list[str] = []
     with log.open("w") as out:
         worker = subprocess.Popen(  # noqa: S603
             [str(cf.CLIENTS / lang / "conformance"), "worker"],
@@ -200,6 +209,17 @@ def test_worker_runs_echo_and_spawn_then_drains_on_sigterm(lang, gateways, tmp_p
                     f"\n{log.read_text()}"
                 )
                 time.sleep(0.2)
+            # SIGTERM while four jobs run: each finishes and is reported before the exit.
+            with Client(url, make_token()) as jq:
+                spec = {"job_type": "conformance.sleep", "queue": queue}
+                sleeps = [
+                    r.jid for r in jq.enqueue_batch([{**spec, "payload": {"ms": SLEEP_MS}}] * 4)
+                ]
+            running = Job.objects.filter(jid__in=sleeps, status=JobStatus.PROCESSING)
+            while running.count() < 4:
+                assert worker.poll() is None, f"{lang} worker exited:\n{log.read_text()}"
+                assert time.monotonic() < deadline, f"{lang}: the sleep jobs did not all start"
+                time.sleep(0.05)
         finally:
             worker.send_signal(signal.SIGTERM)
             try:
@@ -217,7 +237,10 @@ def test_worker_runs_echo_and_spawn_then_drains_on_sigterm(lang, gateways, tmp_p
     child = Job.objects.get(jid=parent.result["jid"])
     assert (child.queue, child.job_type, child.status) == (queue, "conformance.echo", "done")
     assert child.result == {"lang": lang, "payload": {"child": lang}}
-    assert Job.objects.filter(queue=queue).count() == WORKER_JOBS + 2
+    for job in Job.objects.filter(jid__in=sleeps):
+        assert (job.status, job.attempt) == (JobStatus.DONE, 1), (lang, job.status, job.attempt)
+        assert job.result == {"lang": lang, "slept": SLEEP_MS}, (lang, job.result)
+    assert Job.objects.filter(queue=queue).count() == WORKER_JOBS + 2 + 4
     # A clean exit stops its worker name (the worker protocol's last step).
     mine = [w for w in Worker.objects.all() if queue in (w.queues or [])]
     assert mine, f"{lang}: the worker registered no row for {queue}"

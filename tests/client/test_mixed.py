@@ -207,13 +207,15 @@ EVERY_TIMEOUT_S = 420
 
 
 @pytest.mark.clients
+@pytest.mark.skipif(
+    not os.environ.get("JOBQUEUE_TEST_CLIENTS"),
+    reason="every client is built in scripts/test's clients leg only",
+)
 def test_mixed__every_language_and_runworkers_drain_2000_jobs_each_once(tmp_path):
     """Workers of every language with a ``clients/<lang>/conformance`` (its ``worker``
     command: the client's own Worker, clients/conformance/README.md) and ``runworkers``
     drain 2,000 jobs together; each runs once: done at its first attempt (a second claim
     would count a second attempt), runworkers' runs counted in the side table."""
-    if not os.environ.get("JOBQUEUE_TEST_CLIENTS"):
-        pytest.skip("every client is built in scripts/test's clients leg only")
     from . import conformance as cf
 
     languages = cf.languages()

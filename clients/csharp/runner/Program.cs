@@ -14,7 +14,7 @@ namespace DjangoJobQueue.Conformance
     /// prints <c>ok NAME</c> or <c>not ok NAME: reason</c> per scenario and <c>N passed, N failed</c>
     /// last; exit status 0 iff all passed. <c>worker</c>: the client's Worker on
     /// <c>JOBQUEUE_QUEUE</c> at <c>JOBQUEUE_CONCURRENCY</c> (default 4), handling
-    /// <c>conformance.echo</c> and <c>conformance.spawn</c>, until SIGTERM (it drains, then exits 0). Environment:
+    /// <c>conformance.echo</c>, <c>conformance.spawn</c> and <c>conformance.sleep</c>, until SIGTERM (it drains, then exits 0). Environment:
     /// <c>JOBQUEUE_URL</c> and <c>JOBQUEUE_TOKENS</c> (a JSON file mapping a token role to its token).
     /// </summary>
     static class Program
@@ -134,6 +134,18 @@ namespace DjangoJobQueue.Conformance
                         var result = new JsonObject();
                         result["lang"] = "csharp";
                         result["jid"] = child.Jid;
+                        return (JsonValue)result;
+                    }
+                },
+                {
+                    // A job that runs a while: the SIGTERM drain's.
+                    "conformance.sleep", async (payload, ctx) =>
+                    {
+                        long ms = (long)payload["ms"];
+                        await Task.Delay(TimeSpan.FromMilliseconds(ms));
+                        var result = new JsonObject();
+                        result["lang"] = "csharp";
+                        result["slept"] = ms;
                         return (JsonValue)result;
                     }
                 },

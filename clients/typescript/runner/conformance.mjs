@@ -339,6 +339,10 @@ async function worker() {
         const child = await client.enqueue(payload.job_type, payload.payload, { queue: payload.queue });
         return { lang: LANG, jid: child.jid };
       },
+      "conformance.sleep": async (payload) => {
+        await new Promise((resolve) => setTimeout(resolve, payload.ms));
+        return { lang: LANG, slept: payload.ms };
+      },
     },
     {
       url, token: workerToken(tokens()), client, queues: [env("JOBQUEUE_QUEUE")], concurrency,

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	jobqueue "github.com/django-jobqueue/django-jobqueue/clients/go"
 )
@@ -160,6 +161,16 @@ func worker() error {
 				return nil, err
 			}
 			return map[string]any{"lang": lang, "jid": child.JID}, nil
+		},
+		"conformance.sleep": func(ctx context.Context, job *jobqueue.JobContext) (any, error) {
+			var spec struct {
+				Ms int64 `json:"ms"`
+			}
+			if err := job.Decode(&spec); err != nil {
+				return nil, jobqueue.Permanent(err)
+			}
+			time.Sleep(time.Duration(spec.Ms) * time.Millisecond)
+			return map[string]any{"lang": lang, "slept": spec.Ms}, nil
 		},
 	}
 	w, err := jobqueue.NewWorker(client, handlers, jobqueue.WorkerOptions{

@@ -4,7 +4,7 @@
 //!   prints `ok NAME` or `not ok NAME: reason` per scenario and `N passed, N failed`
 //!   last; exit status 0 iff all passed.
 //! - `worker`: the client's `Worker` on `JOBQUEUE_QUEUE` at `JOBQUEUE_CONCURRENCY`
-//!   (default 4), handling `conformance.echo` and `conformance.spawn`, until SIGTERM (it drains, then exits 0).
+//!   (default 4), handling `conformance.echo`, `conformance.spawn` and `conformance.sleep`, until SIGTERM (it drains, then exits 0).
 //!
 //! Environment: `JOBQUEUE_URL` (the gateway, `http://127.0.0.1:PORT/sdk`) and
 //! `JOBQUEUE_TOKENS` (a JSON file mapping a token role to its token).
@@ -153,6 +153,12 @@ fn worker() -> Result<i32, String> {
             let child_payload = payload.get("payload").cloned().unwrap_or(Value::Null);
             let child = ctx.client().enqueue(&job_type, child_payload, &options)?;
             Ok(json!({ "lang": "rust", "jid": child.jid }))
+        })
+        // A job that runs a while: the SIGTERM drain's.
+        .handle("conformance.sleep", |payload, _ctx| {
+            let ms = payload.get("ms").and_then(Value::as_u64).unwrap_or(0);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            Ok(json!({ "lang": "rust", "slept": ms }))
         })
         .run()
         .map_err(|e| format!("the worker stopped on {}: {}", e.kind(), e))?;

@@ -21,8 +21,8 @@ import org.djangojobqueue.client.Worker;
  *       calls; prints {@code ok NAME} or {@code not ok NAME: reason} per scenario and
  *       {@code N passed, N failed} last; exit status 0 iff all passed.
  *   <li>{@code worker}: the client's {@link Worker} on {@code JOBQUEUE_QUEUE} at
- *       {@code JOBQUEUE_CONCURRENCY} (default 4), handling {@code conformance.echo} and
- *       {@code conformance.spawn}, until
+ *       {@code JOBQUEUE_CONCURRENCY} (default 4), handling {@code conformance.echo},
+ *       {@code conformance.spawn} and {@code conformance.sleep}, until
  *       SIGTERM (it drains, then exits 0).
  * </ul>
  *
@@ -129,7 +129,17 @@ public final class Conformance {
             result.put("jid", child.jid());
             return result;
         };
-        Worker.Stats stats = new Worker(client, Map.of("conformance.echo", echo, "conformance.spawn", spawn),
+        // A job that runs a while: the SIGTERM drain's.
+        Worker.Handler sleep = (payload, ctx) -> {
+            long ms = payload.path("ms").asLong();
+            Thread.sleep(ms);
+            ObjectNode result = Verbs.JSON.createObjectNode();
+            result.put("lang", "java");
+            result.put("slept", ms);
+            return result;
+        };
+        Worker.Stats stats = new Worker(client,
+                Map.of("conformance.echo", echo, "conformance.spawn", spawn, "conformance.sleep", sleep),
                 new Worker.Options(List.of(queue)).concurrency(n)).run();
         System.err.println("conformance (java): worker stopped: " + stats);
     }
