@@ -110,7 +110,8 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
     "MAX_BODY_BYTES": 1_048_576,
     # Requests per minute one token may make; 0: no limit.
     "RATE_PER_MINUTE": 0,
-    # How often a waiting claim polls when no wake-up comes (ms).
+    # How often (ms) a process looks for due jobs of the queues its claims wait on
+    # (one query per queue, whatever the number of claims; gateway/waiting.py).
     "CLAIM_POLL_MS": 500,
     # Most claims that wait at once per process under WSGI, where each holds a thread:
     # keep it below the thread count (gunicorn --threads) so producers get a thread.

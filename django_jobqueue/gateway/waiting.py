@@ -92,7 +92,7 @@ _lock = threading.Lock()
 #: The claims waiting in :func:`wait_async`, by queue name (in the order they came).
 _by_queue: dict[str, dict[_Waiter, None]] = {}
 #: Wake-ups per queue name (a notification, or a poll that found a job), for
-#: :func:`generation`; ``_every``: those of every queue (a catch-up).
+#: :func:`generation`; ``_every``: of every queue (when counts were dropped).
 _generations: dict[str, int] = {}
 _every = 0
 #: Claims woken for a job of the queue that have not finished their claim yet: the
@@ -214,8 +214,8 @@ class _Watcher:
         self.using = using
         self.stop = threading.Event()
         self.kick = threading.Event()
-        #: Queues to look at now (a wake-up came); None in it: every waited queue.
-        self.dirty: set[str | None] = set()
+        #: Queues to look at now (a wake-up came).
+        self.dirty: set[str] = set()
         threads = [threading.Thread(target=self._poll, name="jq-gateway-poll", daemon=True)]
         if connections[using].vendor == "postgresql" and get_config().NOTIFY:
             threads.append(
@@ -233,12 +233,20 @@ class _Watcher:
             thread.start()
 
     def _notified(self, queue: str) -> None:
-        """The listener's callback (its thread): look at ``queue`` ("" every one)."""
+        """The listener's callback (its thread): look at ``queue`` at once.
+
+        ``""`` (a catch-up after a new ``LISTEN``, a lost session, or the pooler's
+        stand-in every ``MIN_SLEEP_MS``) is left to the poll every
+        ``CLAIM_POLL_MS``, which finds what a lost wake-up missed: a pooler's ticks
+        do not turn into a query per tick, nor make claims claim again.
+        """
+        if not queue:
+            return
         with _lock:
-            if queue and queue not in _interest:
+            if queue not in _interest:
                 return  # no claim waits on it here (a producer's queue, say)
             _bump(queue)
-            self.dirty.add(queue or None)
+            self.dirty.add(queue)
         self.kick.set()
 
     def _poll(self) -> None:
@@ -259,7 +267,7 @@ class _Watcher:
                         self.stop.set()
                         break
                     dirty, self.dirty = self.dirty, set()
-                    if now >= next_full or None in dirty:
+                    if now >= next_full:
                         look_at = set(_by_queue)
                         next_full = now + interval_s
                     else:
