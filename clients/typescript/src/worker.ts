@@ -51,7 +51,7 @@ export interface WorkerOptions {
   concurrency?: number;
   /** The registered name (default `<host>-<pid>-ts`). */
   name?: string;
-  /** A claim's long-poll, ms (default 5000; the gateway caps it at 30000). */
+  /** A claim's long-poll, ms (default 5000; the gateway caps it at 30000); also the longest a stop waits for a claim in flight, whose jobs then run. */
   waitMs?: number;
   /** Lease asked for each claim and heartbeat, ms (default: the site's LEASE_MS). */
   leaseMs?: number;
