@@ -5,8 +5,8 @@
 #
 # run prints "ok NAME" or "not ok NAME: reason" per scenario and "N passed, N failed"
 # last; exit status 0 iff all passed. worker runs the client's Worker on
-# JOBQUEUE_QUEUE at JOBQUEUE_CONCURRENCY (default 4), handling conformance.echo and
-# conformance.spawn (an enqueue from inside a handler), until SIGTERM (it drains, then
+# JOBQUEUE_QUEUE at JOBQUEUE_CONCURRENCY (default 4), handling conformance.echo,
+# conformance.spawn (an enqueue from inside a handler) and conformance.sleep, until SIGTERM (it drains, then
 # exits 0). Environment: JOBQUEUE_URL (the gateway, http://127.0.0.1:PORT/sdk) and
 # JOBQUEUE_TOKENS (a JSON file mapping a token role to its token). A setup problem exits 2.
 require "json"
@@ -78,6 +78,12 @@ module Conformance
     worker.handle("conformance.spawn") do |payload, _ctx|
       answer = client.enqueue(payload["job_type"].as_s, payload["payload"]?, queue: payload["queue"]?.try(&.as_s?))
       {lang: "crystal", jid: answer.jid}
+    end
+    # A job that runs a while (the harness's SIGTERM drain): payload.ms milliseconds.
+    worker.handle("conformance.sleep") do |payload, _ctx|
+      ms = payload["ms"].as_i
+      sleep ms.milliseconds
+      {lang: "crystal", slept: ms}
     end
     stats = worker.run
     STDERR.puts "conformance (crystal): worker stopped: #{stats}"

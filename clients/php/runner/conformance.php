@@ -10,8 +10,8 @@ declare(strict_types=1);
  *
  * run prints "ok NAME" or "not ok NAME: reason" per scenario and "N passed, N failed"
  * last; exit status 0 iff all passed. worker runs the client's Worker on
- * JOBQUEUE_QUEUE at JOBQUEUE_CONCURRENCY (default 4), handling conformance.echo and
- * conformance.spawn (an enqueue from inside a handler), until SIGTERM (it drains, then
+ * JOBQUEUE_QUEUE at JOBQUEUE_CONCURRENCY (default 4), handling conformance.echo,
+ * conformance.spawn (an enqueue from inside a handler) and conformance.sleep, until SIGTERM (it drains, then
  * exits 0). Environment: JOBQUEUE_URL (the gateway, http://127.0.0.1:PORT/sdk) and
  * JOBQUEUE_TOKENS (a JSON file mapping a token role to its token). A setup problem exits 2.
  */
@@ -111,6 +111,12 @@ function runWorker(): int
         'conformance.spawn' => static function (mixed $payload, JobContext $ctx) use ($client): array {
             $answer = $client->enqueue((string) $payload['job_type'], $payload['payload'] ?? null, ['queue' => $payload['queue'] ?? null]);
             return ['lang' => 'php', 'jid' => $answer['jid']];
+        },
+        // A job that runs a while (the harness's SIGTERM drain): payload.ms milliseconds.
+        'conformance.sleep' => static function (mixed $payload, JobContext $ctx): array {
+            $ms = (int) $payload['ms'];
+            usleep($ms * 1000);
+            return ['lang' => 'php', 'slept' => $ms];
         },
     ];
     $stats = (new Worker($client, $handlers, [$queue], concurrency: $text === '' ? 4 : (int) $text))->run();

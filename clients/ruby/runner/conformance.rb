@@ -7,8 +7,8 @@
 #
 # run prints "ok NAME" or "not ok NAME: reason" per scenario and "N passed, N failed"
 # last; exit status 0 iff all passed. worker runs the client's Worker on
-# JOBQUEUE_QUEUE at JOBQUEUE_CONCURRENCY (default 4), handling conformance.echo and
-# conformance.spawn (an enqueue from inside a handler), until
+# JOBQUEUE_QUEUE at JOBQUEUE_CONCURRENCY (default 4), handling conformance.echo,
+# conformance.spawn (an enqueue from inside a handler) and conformance.sleep, until
 # SIGTERM (it drains, then exits 0). Environment: JOBQUEUE_URL (the gateway,
 # http://127.0.0.1:PORT/sdk) and JOBQUEUE_TOKENS (a JSON file mapping a token role to
 # its token). A setup problem exits 2.
@@ -90,7 +90,13 @@ module Conformance
       answer = client.enqueue(payload["job_type"], payload["payload"], queue: payload["queue"])
       { "lang" => "ruby", "jid" => answer["jid"] }
     end
-    handlers = { "conformance.echo" => echo, "conformance.spawn" => spawn }
+    # A job that runs a while (the harness's SIGTERM drain): payload.ms milliseconds.
+    slow = lambda do |payload, _ctx|
+      ms = Integer(payload["ms"])
+      sleep(ms / 1000.0)
+      { "lang" => "ruby", "slept" => ms }
+    end
+    handlers = { "conformance.echo" => echo, "conformance.spawn" => spawn, "conformance.sleep" => slow }
     stats = JobQueue::Worker.new(client, handlers, queues: [queue], concurrency: concurrency).run
     warn "conformance (ruby): worker stopped: #{stats}"
     0
