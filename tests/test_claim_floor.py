@@ -121,6 +121,26 @@ def test_claim__a_job_written_below_the_floor_waits_for_the_next_claim_from_the_
 @pytest.mark.vendor("postgresql")
 @pytest.mark.django_db
 @pytest.mark.usefixtures("slow_claims")
+def test_claim__nothing_above_the_floor_claims_again_from_the_start() -> None:
+    enqueue_job(None, "worker.record", {"n": 1})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
+    urgent = enqueue_job(None, "worker.record", {"n": 2}, priority=1)  # below the floor
+
+    with CaptureQueriesContext(connection) as queries:
+        claimed = storage.claim("default", owner="w", limit=5)
+
+    # An empty claim must mean no due job (a --burst run stops on it): the floored
+    # claim found nothing, so the same claim ran from the start and took the job.
+    assert [job.jid for job in claimed] == [urgent.jid]
+    floored, full = _claim_sql(queries)
+    assert BOUND in floored
+    assert BOUND not in full
+    assert not Job.objects.filter(waiting=True).exists()
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db
+@pytest.mark.usefixtures("slow_claims")
 def test_claim__floors_are_kept_per_filter_set() -> None:
     enqueue_job(None, "worker.record", {"n": 1})
     storage.claim("default", owner="w", limit=1)  # every queue: floor on

@@ -98,6 +98,13 @@ class ClaimFloors:
             if first is not None:
                 floor.key = first
 
+    def expire(self, filters: Hashable) -> None:
+        """Make the next claim with ``filters`` scan from the start (it keeps its key)."""
+        with self._lock:
+            floor = self._floors.get(filters)
+            if floor is not None:
+                floor.last_full = 0.0
+
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
         with self._lock:
