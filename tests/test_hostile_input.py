@@ -140,6 +140,12 @@ def test_durations__overflowing_duration_is_a_typed_error(delay: Any) -> None:
         parse_duration(delay, name="delay")
 
 
+@pytest.mark.parametrize("delay", ["-5s", " -500ms", "-1"])
+def test_durations__negative_string_is_named_negative(delay: str) -> None:
+    with pytest.raises(InvalidOption, match=r"^delay must not be negative: got "):
+        parse_duration(delay, name="delay")
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     "argv",

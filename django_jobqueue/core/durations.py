@@ -66,6 +66,8 @@ def _to_timedelta(value: Duration, name: str) -> timedelta:
         result = timedelta(seconds=value)
     elif isinstance(value, str):
         match = _PATTERN.match(value)
+        if match is None and _PATTERN.match(value.strip().removeprefix("-")):
+            raise InvalidOption(f"{name} must not be negative: got {value!r}.")
         if match is None:
             raise InvalidOption(
                 f"{name} {value!r} is not a duration; use seconds or a string like "

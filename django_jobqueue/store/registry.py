@@ -293,7 +293,8 @@ def get_job_description(name: str) -> JobDescription:
     if desc is None:
         raise UnknownJobType(
             f"Unknown job type {name!r}: register it with @job({name!r}) or in "
-            "JOBQUEUE['JOB_TYPES']."
+            "JOBQUEUE['JOB_TYPES'], or, for a type run by gateway workers of other "
+            "languages, in JOBQUEUE['GATEWAY']['JOB_TYPES']."
         )
     return desc
 

@@ -77,6 +77,10 @@ class ErrorsWithoutAnAnswerTests(unittest.TestCase):
             with self.assertRaises(GatewayUnreachable) as unreachable:
                 jq.get_job("0" * 26)
         self.assertIsNone(unreachable.exception.status)
+        # The message names the URL that did not answer, not a missing status.
+        text = str(unreachable.exception)
+        self.assertTrue(text.startswith("unreachable: http://127.0.0.1:"), text)
+        self.assertIn("/sdk/jobs/", text)
 
 
 @unittest.skipUnless(LIVE_URL and LIVE_TOKEN, "JQ_TEST_URL and JQ_TEST_TOKEN name no gateway")

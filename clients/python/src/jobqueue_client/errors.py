@@ -106,6 +106,10 @@ class GatewayUnreachable(GatewayError):
 
     code = "unreachable"
 
+    def __str__(self) -> str:
+        # No status to show: the detail names the URL and the transport's error.
+        return f"unreachable: {self.detail}"
+
 
 class BadRequest(GatewayError):
     """400: a path or query parameter is malformed."""

@@ -147,7 +147,9 @@ class Client(_Base):
                 **_request_kwargs(call, self.token, timeout),
             )
         except httpx.TransportError as exc:
-            raise GatewayUnreachable(f"{type(exc).__name__}: {exc}") from exc
+            raise GatewayUnreachable(
+                f"{self.url + call.path}: {type(exc).__name__}: {exc}"
+            ) from exc
         return _answer(call, response)
 
     # Producer calls ------------------------------------------------------------
@@ -345,7 +347,9 @@ class AsyncClient(_Base):
                 **_request_kwargs(call, self.token, timeout),
             )
         except httpx.TransportError as exc:
-            raise GatewayUnreachable(f"{type(exc).__name__}: {exc}") from exc
+            raise GatewayUnreachable(
+                f"{self.url + call.path}: {type(exc).__name__}: {exc}"
+            ) from exc
         return _answer(call, response)
 
     async def enqueue(
