@@ -424,10 +424,12 @@ class UniqueReleaseOut(Schema):
 
 
 class BulkIn(_In):
-    """Retry or cancel every job of a queue that matches the filter."""
+    """Retry, cancel or delete every job that matches: ``filter`` in the filter language
+    (docs/console.md "Search syntax") and/or the structured members, all AND-ed."""
 
-    action: Literal["retry", "cancel"]
-    queue: QueueName
+    action: Literal["retry", "cancel", "delete"]
+    filter: str | None = Field(None, max_length=2000)
+    queue: QueueName | None = None
     job_type: Name | None = None
     state: Literal["scheduled", "waiting", "running", "failed"] | None = None
     jids: list[Annotated[StrictStr, Field(max_length=32)]] | None = Field(None, max_length=1000)
