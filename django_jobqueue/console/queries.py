@@ -240,7 +240,7 @@ def filtered_jobs(using: str, data: dict[str, Any]) -> QuerySet[Job]:
     if data.get("until"):
         jobs = jobs.filter(created_at__lt=data["until"])
     if data.get("q"):
-        jobs = parse_filter(data["q"]).apply(jobs)
+        jobs = parse_filter(data["q"]).apply(jobs)  # type: ignore[assignment]
     return jobs
 
 

@@ -26,8 +26,9 @@ a bare word                 a jid, or a job's numeric id
 ==========================  =====================================================
 
 A value with spaces is double-quoted (``\\"`` inside is a quote). Payload terms use
-JSON containment on PostgreSQL (the ``payload @> '{...}'`` a GIN index can serve) and
-the JSON functions on MariaDB and SQLite. An unknown key, an empty value, an unknown
+JSON containment on PostgreSQL (``payload @> '{...}'``, which a GIN index can serve)
+and on MariaDB (``JSON_CONTAINS``), ``JSON_EXTRACT`` on SQLite: all three tell the
+number 42 from the string "42". An unknown key, an empty value, an unknown
 state or an unreadable time raises :class:`FilterError`, naming the term.
 """
 
@@ -98,7 +99,10 @@ class JobQuery:
             for alternative in alternatives:
                 match |= alternative
             jobs = jobs.filter(match)
-        containment = connections[jobs.db].vendor == "postgresql"
+        # Containment where the vendor has it (PostgreSQL's @>, MariaDB's and MySQL's
+        # JSON_CONTAINS, both type-aware: 42 is not "42"); SQLite's JSON_EXTRACT
+        # returns typed values, so an equality on the member is as strict there.
+        containment = connections[jobs.db].vendor in ("postgresql", "mysql")
         for path, value in self.payload:
             if containment:
                 nested: Any = value

@@ -78,7 +78,10 @@ def test_queue_limited_token__acts_on_its_queues_only(make_token, pro):
     mine = make_job(queue="mail-eu", status=JobStatus.ERROR)
     theirs = make_job(queue="billing", status=JobStatus.ERROR)
 
-    assert limited.post("/sdk/jobs/bulk", {"action": "retry", "filter": "queue:billing"}).status_code == 403
+    assert (
+        limited.post("/sdk/jobs/bulk", {"action": "retry", "filter": "queue:billing"}).status_code
+        == 403
+    )
     response = limited.post("/sdk/jobs/bulk", {"action": "retry", "filter": "state:failed"})
     assert response.json()["changed"] == 1
     assert Job.objects.get(pk=mine.pk).status == JobStatus.INIT
