@@ -55,3 +55,46 @@ def test_heartbeat__sends_progress(pro_gateway_url, make_token):
         assert job.jid == jid
         client.heartbeat(jid, job.lease_token, progress={"done": 2, "total": 5, "message": "x"})
     assert Job.objects.get(jid=jid).progress == {"done": 2, "total": 5, "message": "x"}
+
+
+def test_worker_context_progress__reaches_the_job_while_it_runs(pro_gateway_url, make_token):
+    import threading
+    import time
+
+    from jobqueue_client import Worker
+
+    release = threading.Event()
+
+    def slow(payload, ctx):
+        for done in range(1, 4):
+            ctx.progress(done, 3, message=f"step {done}")
+        release.wait(30)
+        return "ok"
+
+    with Client(pro_gateway_url, make_token()) as client:
+        jid = client.enqueue("gw.echo", {}, queue="gw").jid
+        worker = Worker(
+            {"gw.echo": slow},
+            client=client,
+            queues=["gw"],
+            wait_ms=200,
+            install_signals=False,
+            name="py-progress-worker",
+        )
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            while Job.objects.get(jid=jid).progress is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            # The latest report only (coalesced), within about a second of the calls.
+            assert Job.objects.get(jid=jid).progress == {
+                "done": 3,
+                "total": 3,
+                "message": "step 3",
+            }
+        finally:
+            release.set()
+            worker.stop()
+            thread.join(30)
+    assert Job.objects.get(jid=jid).status == JobStatus.DONE
