@@ -98,6 +98,12 @@ def test_bad_terms__raise_a_typed_error_naming_the_term(text: str, term: str):
     assert caught.value.code == "invalid_filter"
 
 
+@pytest.mark.parametrize("text", ["queue:a\x00b", "error:\ud800", "payload.k:\x00"])
+def test_nul_and_lone_surrogates__are_refused_before_any_query(text: str):
+    with pytest.raises(FilterError, match="remove that character"):
+        filter_jobs(Job.objects.all(), text)
+
+
 def test_too_long_filter__is_refused():
     with pytest.raises(FilterError):
         parse_filter("queue:a " * 1000)

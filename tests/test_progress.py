@@ -72,7 +72,15 @@ def test_a_failed_heartbeat__keeps_the_report_for_the_next(clock: Clock):
 
 @pytest.mark.parametrize(
     ("done", "total", "message"),
-    [(-1, 10, None), (11, 10, None), (1.5, 10, None), (True, 10, None), (1, 10, 3)],
+    [
+        (-1, 10, None),
+        (11, 10, None),
+        (1.5, 10, None),
+        (True, 10, None),
+        (1, 10, 3),
+        (1, 10, "a\x00b"),
+        (1, 10, "\ud800"),
+    ],
 )
 def test_bad_reports__are_a_typed_error(done: Any, total: Any, message: Any):
     ctx = JobContext(running())

@@ -47,6 +47,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from ..core.durations import parse_duration
 from ..core.exceptions import InvalidRequest, JobQueueError
+from ..core.validation import text_problem
 from ..models import Job, JobStatus
 from . import states
 from .managers import hold_hash
@@ -139,6 +140,9 @@ def parse_filter(text: str, *, now: datetime | None = None) -> JobQuery:
         raise FilterError("A filter is a string.", term="")
     if len(text) > MAX_LENGTH:
         raise FilterError(f"A filter is at most {MAX_LENGTH} characters.", term=text[:40])
+    problem = text_problem(text) if text else None
+    if problem is not None:
+        raise FilterError(f"A filter {problem}; remove that character.", term=repr(text[:40]))
     query = JobQuery()
     position = 0
     text = text.strip()

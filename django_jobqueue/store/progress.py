@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from ..core.exceptions import InvalidRequest
+from ..core.validation import text_problem
 
 __all__ = ["MAX_MESSAGE", "MIN_INTERVAL_S", "ProgressSlot", "progress_value"]
 
@@ -38,7 +39,8 @@ def progress_value(done: Any, total: Any, message: Any = None) -> dict[str, Any]
     ------
     InvalidRequest
         If ``done`` or ``total`` is not a non-negative int, ``done`` exceeds a known
-        ``total``, or ``message`` is neither a string nor None.
+        ``total``, or ``message`` is neither a string nor None, or holds a NUL or a
+        lone surrogate (no database stores those).
     """
     for name, number in (("done", done), ("total", total)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
@@ -47,6 +49,9 @@ def progress_value(done: Any, total: Any, message: Any = None) -> dict[str, Any]
         raise InvalidRequest(f"progress done ({done}) must not exceed total ({total}).")
     if message is not None and not isinstance(message, str):
         raise InvalidRequest(f"progress message must be a string or None, got {message!r}.")
+    problem = text_problem(message) if message else None
+    if problem is not None:
+        raise InvalidRequest(f"progress message {problem}; remove that character.")
     return {"done": done, "total": total, "message": message[:MAX_MESSAGE] if message else None}
 
 
