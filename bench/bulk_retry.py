@@ -92,7 +92,8 @@ def main() -> int:
     print(f"retried {counts.get('dead', 0)} of {args.rows} dead jobs in {elapsed:.1f} s")
     print(
         f"claims during it: {len(during)}, median {1000 * during[len(during) // 2]:.1f} ms, "
-        f"slowest {1000 * during[-1]:.1f} ms; before it: median "
+        f"p99 {1000 * during[len(during) * 99 // 100]:.1f} ms, slowest {1000 * during[-1]:.1f} ms, "
+        f"over 100 ms: {sum(1 for w in during if w > 0.1)}; before it: median "
         f"{1000 * quiet[len(quiet) // 2]:.1f} ms"
     )
     return 0
