@@ -168,6 +168,9 @@ class Job(models.Model):
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
     cancel_requested = models.BooleanField(_("cancel requested"), default=False)
+    #: A running job's latest ``{"done", "total", "message"}``, stored with a heartbeat
+    #: (docs/console.md "Progress"); NULL: none reported.
+    progress = models.JSONField(_("progress"), null=True, blank=True)
     #: An id's ``set`` on a running job: one run more after this one, with this value.
     rerun = models.BooleanField(default=False)
     rerun_payload = models.JSONField(null=True, blank=True)

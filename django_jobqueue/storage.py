@@ -30,12 +30,12 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, JSONField, Q, Value, When
 from django.db.models.functions import Coalesce
 
 from . import storage_sql
@@ -279,7 +279,11 @@ def _guarded(job: Job) -> Any:
 
 
 def heartbeat(
-    jobs: Sequence[Job], *, lease_ms: int | None = None, started: Collection[int] = ()
+    jobs: Sequence[Job],
+    *,
+    lease_ms: int | None = None,
+    started: Collection[int] = (),
+    progress: Mapping[int, dict[str, Any]] | None = None,
 ) -> tuple[set[int], set[int]]:
     """Extend the leases of ``jobs``; return (pks still owned, pks asked to cancel).
 
@@ -296,6 +300,9 @@ def heartbeat(
     a ``done`` write through an outage until that expiry, not the claim's. Raises
     :class:`LockTimeout` if SQLite stays locked, and the ``DatabaseError`` of a
     database still unreachable after one reconnect.
+
+    ``progress`` maps pks of ``jobs`` to their latest ``{"done", "total", "message"}``
+    (docs/console.md "Progress"), stored by the same statement.
     """
     if not jobs:
         return set(), set()
@@ -314,6 +321,15 @@ def heartbeat(
             default=F("started_at"),
         )
     fields.update(lease_expires_at=Now() + lease, heartbeat_at=Now())
+    if progress:
+        fields["progress"] = Case(
+            *(
+                When(pk=pk, then=Value(value, output_field=JSONField()))
+                for pk, value in progress.items()
+            ),
+            default=F("progress"),
+            output_field=JSONField(),
+        )
 
     def beat() -> tuple[set[int], set[int]]:
         rows.update(**fields)

@@ -21,7 +21,7 @@ from ..core.dbclock import Now
 from ..models import Job, JobStat, JobStatus
 from ..overview import QueueRow, jobs_database, overview
 from ..store import states
-from ..store.managers import hold_hash
+from ..store.jobfilter import FilterError, parse_filter
 from ..store.pauses import paused_queues
 from ..store.registry import registered_job_types
 
@@ -181,7 +181,13 @@ class JobFilter(forms.Form):
     job_type = forms.ChoiceField(required=False, label="Job type")
     since = forms.DateTimeField(required=False, help_text="created at or after")
     until = forms.DateTimeField(required=False, help_text="created before")
-    q = forms.CharField(required=False, max_length=1024, label="jid or id")
+    q = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="search",
+        help_text="jid, id or terms: queue:mail state:failed payload.customer_id:42 "
+        'error:"timed out" since:2h (docs/console.md "Search syntax")',
+    )
     sort = forms.ChoiceField(
         required=False, choices=[("-id", "newest first"), ("id", "oldest first")]
     )
@@ -189,6 +195,15 @@ class JobFilter(forms.Form):
 
     #: See :data:`STATE_ALIASES`.
     STATE_ALIASES = STATE_ALIASES
+
+    def clean_q(self) -> str:
+        """Check the search against the filter language; a bad term is a form error."""
+        text = str(self.cleaned_data.get("q") or "").strip()
+        try:
+            parse_filter(text)
+        except FilterError as exc:
+            raise forms.ValidationError(str(exc), code=exc.code) from exc
+        return text
 
     def __init__(
         self, data: Any = None, *args: Any, using: str | None = None, **kwargs: Any
@@ -225,11 +240,7 @@ def filtered_jobs(using: str, data: dict[str, Any]) -> QuerySet[Job]:
     if data.get("until"):
         jobs = jobs.filter(created_at__lt=data["until"])
     if data.get("q"):
-        text = data["q"].strip()
-        match = Q(jid=text) | Q(job_id_hash=hold_hash(text))
-        if text.isdigit() and len(text) < 19:
-            match |= Q(pk=int(text))
-        jobs = jobs.filter(match)
+        jobs = parse_filter(data["q"]).apply(jobs)  # type: ignore[assignment]
     return jobs
 
 

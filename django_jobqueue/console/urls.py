@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import actions, pro, views
+from . import actions, pro, progress, views
 
 app_name = "django_jobqueue_console"
 
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("jobs/", views.job_list, name="jobs"),
+    path("progress/", progress.progress, name="progress"),
     path("jobs/selection/", actions.selection, name="selection"),
     path("jobs/<str:jid>/", views.job_detail, name="job"),
     path("jobs/<str:jid>/<str:action>/", actions.job_action, name="job_action"),

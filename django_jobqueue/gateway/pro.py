@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
 from django.http import HttpRequest
 from ninja import Query, Router, Schema
 from pydantic import ConfigDict, Field
@@ -23,6 +24,7 @@ from ..enqueue import jobs_database
 from ..models import DEAD_STATUSES, Job, JobStatus, hold_hash
 from ..operations import act_in_batches
 from ..store.audit import run_audited
+from ..store.jobfilter import FilterError, parse_filter
 from ..store.licence import require_pro
 from .auth import actor_of, require, token_of
 from .errors import bad_parameter, from_jobqueue_error
@@ -134,14 +136,33 @@ def release_unique_lock(request: HttpRequest, queue: str, key: str) -> Any:
 @router.post(
     "/jobs/bulk",
     response={200: BulkOut, **ERRORS},
-    summary="Retry or cancel every job matching a filter (Pro)",
+    summary="Retry, cancel or delete every job matching a filter (Pro)",
     operation_id="jobs_bulk",
 )
 def bulk(request: HttpRequest, body: BulkIn) -> Any:
-    """Retry (dead letters and scheduled jobs) or cancel (waiting and running ones)."""
+    """Retry (dead letters and scheduled jobs), cancel (waiting and running ones) or
+    delete (all but running ones) every job the filter selects, in audited batches.
+
+    ``filter`` is the filter language (docs/console.md "Search syntax"); a filter that
+    cannot be read is ``422 invalid_request`` (``reason`` ``invalid_filter``). A token
+    limited to some queues acts on those queues' jobs only, and is refused (403) a
+    ``queue`` it may not use.
+    """
     require_pro("the gateway's bulk route")
-    _checked_queue(request, body.queue, in_body=True)
-    jobs = Job.objects.using(jobs_database()).filter(queue=body.queue)
+    if body.queue is not None:
+        _checked_queue(request, body.queue, in_body=True)
+    token = require(request, "admin")
+    try:
+        query = parse_filter(body.filter or "")
+    except FilterError as exc:
+        raise from_jobqueue_error(exc, field="filter") from exc
+    for queue in query.queues:
+        _checked_queue(request, queue, in_body=True)
+    jobs = query.apply(Job.objects.using(jobs_database()).all())
+    if body.queue is not None:
+        jobs = jobs.filter(queue=body.queue)
+    elif not query.queues:
+        jobs = jobs.filter(_allowed_queues(token.queues))
     if body.job_type is not None:
         jobs = jobs.filter(job_type=body.job_type)
     if body.jids is not None:
@@ -159,9 +180,37 @@ def bulk(request: HttpRequest, body: BulkIn) -> Any:
         for name, value in (("queue", body.queue), ("type", body.job_type), ("state", body.state))
         if value
     )
+    if body.filter:
+        described = ", ".join(part for part in (described, query.describe()) if part)
     detail = act_in_batches(
-        jobs, body.action, actor_of(token_of(request)), target=f"jobs matching {described}"
+        jobs,
+        body.action,
+        actor_of(token),
+        target=f"jobs matching {described or 'every job'}",
     )
-    keys = ("dead", "waiting") if body.action == "retry" else ("cancelled", "requested")
+    keys = _COUNT_KEYS[body.action]
     detail = {key: detail.get(key, 0) for key in keys}
-    return {"action": body.action, "changed": sum(detail.values()), "detail": detail}
+    changed = sum(number for key, number in detail.items() if key != "running")
+    return {"action": body.action, "changed": changed, "detail": detail}
+
+
+#: The counts each action answers; ``changed`` sums them (a delete's ``running``,
+#: jobs left alone, is not a change).
+_COUNT_KEYS = {
+    "retry": ("dead", "waiting"),
+    "cancel": ("cancelled", "requested"),
+    "delete": ("deleted", "running"),
+}
+
+
+def _allowed_queues(patterns: list[str]) -> Q:
+    """The jobs of the queues a token's ``patterns`` allow (exact or ``prefix*``)."""
+    allowed = Q(pk__in=[])
+    for pattern in patterns:
+        if pattern == "*":
+            return Q()
+        if pattern.endswith("*"):
+            allowed |= Q(queue__startswith=pattern[:-1])
+        else:
+            allowed |= Q(queue=pattern)
+    return allowed

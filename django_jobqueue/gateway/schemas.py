@@ -354,10 +354,20 @@ class _LeaseIn(_In):
     lease_token: Annotated[StrictStr, Field(min_length=1, max_length=64)]
 
 
+class ProgressIn(_In):
+    """How far a job got (docs/console.md "Progress"): ``done`` of ``total`` (0: unknown)."""
+
+    done: Annotated[int, Field(strict=True, ge=0)]
+    total: Annotated[int, Field(strict=True, ge=0)]
+    message: Annotated[str, Field(max_length=200)] | None = None
+
+
 class HeartbeatIn(_LeaseIn):
-    """Extend the lease of a claimed job, by ``lease_ms`` (default ``LEASE_MS``)."""
+    """Extend the lease of a claimed job, by ``lease_ms`` (default ``LEASE_MS``); store
+    ``progress`` with it when given."""
 
     lease_ms: Annotated[int, Field(strict=True, ge=1_000, le=86_400_000)] | None = None
+    progress: ProgressIn | None = None
 
 
 class HeartbeatOut(Schema):
@@ -424,10 +434,12 @@ class UniqueReleaseOut(Schema):
 
 
 class BulkIn(_In):
-    """Retry or cancel every job of a queue that matches the filter."""
+    """Retry, cancel or delete every job that matches: ``filter`` in the filter language
+    (docs/console.md "Search syntax") and/or the structured members, all AND-ed."""
 
-    action: Literal["retry", "cancel"]
-    queue: QueueName
+    action: Literal["retry", "cancel", "delete"]
+    filter: str | None = Field(None, max_length=2000)
+    queue: QueueName | None = None
     job_type: Name | None = None
     state: Literal["scheduled", "waiting", "running", "failed"] | None = None
     jids: list[Annotated[StrictStr, Field(max_length=32)]] | None = Field(None, max_length=1000)

@@ -46,6 +46,7 @@ from ..core.signals import job_finished, job_started
 from ..enqueue import jobs_database
 from ..models import ApiToken, Job, JobStatus, Worker
 from ..store import workerstats
+from ..store.progress import progress_value
 from ..store.registry import registered_job_types
 from ..worker.executor import expire_if_due
 from . import identity, waiting
@@ -398,7 +399,17 @@ def _finished(job: Job, status: str) -> None:
 def heartbeat(request: HttpRequest, jid: str, body: HeartbeatIn) -> Any:
     """``cancel_requested``: stop the handler and report the job ``cancelled``."""
     job = _held(request, jid, body.lease_token)
-    alive, cancel = storage.heartbeat([job], lease_ms=body.lease_ms)
+    progress = None
+    if body.progress is not None:
+        try:
+            progress = progress_value(
+                body.progress.done, body.progress.total, body.progress.message
+            )
+        except JobQueueError as exc:
+            raise from_jobqueue_error(exc, field="progress") from exc
+    alive, cancel = storage.heartbeat(
+        [job], lease_ms=body.lease_ms, progress={job.pk: progress} if progress else None
+    )
     if job.pk not in alive:
         raise _lease_lost(job)
     if job.lease_owner.startswith(OWNER_MARK):

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_jobqueue.management import filtering
 from django_jobqueue.management.arguments import add_database, jobs_database_of, name
 from django_jobqueue.models import Job
 from django_jobqueue.operations import act_in_batches
@@ -29,6 +30,7 @@ def arguments(parser: CommandParser) -> None:
     parser.add_argument(
         "--type", type=name, dest="job_type", help="With --queue: only jobs of this job type."
     )
+    filtering.add_filter_argument(parser, "cancel")
 
 
 def cancel(
@@ -38,9 +40,15 @@ def cancel(
     jids: list[str] | None = None,
     queue: str | None = None,
     job_type: str | None = None,
+    job_filter: str | None = None,
     **_: Any,
 ) -> None:
     """Cancel the chosen jobs; say how many were cancelled and how many asked to stop."""
+    if job_filter is not None:
+        if jids is not None or queue is not None or job_type is not None:
+            raise CommandError("--filter says which jobs to cancel; give it alone.")
+        filtering.act_on_filter(command, "cancel", job_filter, database=database)
+        return
     if jids is None and queue is None:
         raise CommandError("Choose the jobs to cancel: give --jid or --queue.")
     if jids is not None and (queue is not None or job_type is not None):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import storage
 from ..enqueue import EnqueueResult, enqueue_job
+from ..store.progress import ProgressSlot, progress_value
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -54,6 +55,8 @@ class JobContext:
         #: heartbeat that then finds the job no longer processing crossed that
         #: write, which reports a lost lease itself if there was one.
         self.storing = False
+        #: The latest progress report not stored yet (docs/console.md "Progress").
+        self.progress_slot = ProgressSlot()
 
     def __repr__(self) -> str:
         return f"<JobContext {self.job_type} jid={self.jid} attempt={self.attempt}>"
@@ -82,13 +85,47 @@ class JobContext:
         self.timed_out = self.timed_out or timed_out
         self._lease_lost.set()
 
+    def progress(self, done: int, total: int, message: str | None = None) -> None:
+        """Report how far the job got: ``done`` of ``total`` units, and a short message.
+
+        Costs no statement: the latest report waits in memory and the worker's next
+        heartbeat round stores it, at most once a second per job; the console shows it
+        as a bar on running jobs (docs/console.md "Progress").
+
+        Parameters
+        ----------
+        done
+            Units done, an int >= 0.
+        total
+            Units in all, an int >= ``done`` (0: unknown).
+        message
+            Up to 200 characters, or None.
+
+        Raises
+        ------
+        InvalidRequest
+            If the numbers are not non-negative ints or ``done`` exceeds ``total``.
+        """
+        self.progress_slot.put(progress_value(done, total, message))
+
     def heartbeat(self) -> bool:
         """Extend the job's lease now; return False if the lease was lost.
 
         Long handlers may call it between steps; the foreman also beats every
-        ``HEARTBEAT_MS``. A cancel request seen here sets :attr:`cancelled`.
+        ``HEARTBEAT_MS``. A cancel request seen here sets :attr:`cancelled`; a
+        progress report waiting (:meth:`progress`) is stored with it.
         """
-        alive, cancel = storage.heartbeat([self.job], lease_ms=self._lease_ms)
+        report = self.progress_slot.take()
+        try:
+            alive, cancel = storage.heartbeat(
+                [self.job],
+                lease_ms=self._lease_ms,
+                progress={self.job.pk: report} if report else None,
+            )
+        except Exception:
+            if report:
+                self.progress_slot.put_back(report)
+            raise
         if self.job.pk in cancel:
             self.mark_cancelled()
         if self.job.pk not in alive:

@@ -37,6 +37,7 @@ from ..core.conf import get_config
 from ..core.reconnect import close_dead, retry_on_disconnect
 from ..models import JobStatus
 from ..store.jobstats import process_stats, prune_stats
+from ..store.progress import MIN_INTERVAL_S
 from ..store.workerstats import beat_worker, prune_workers, register_worker, stop_worker
 from . import wakeup
 from .completer import Completer
@@ -51,6 +52,8 @@ logger = logging.getLogger(__name__)
 _SCHEDULE_EVERY_S = 1.0
 #: Pause (s) before a failed heartbeat is tried again (at most the beat interval).
 _BEAT_RETRY_S = 0.5
+#: How often the heartbeat thread looks for progress reports to store between rounds, s.
+PROGRESS_TICK_S = MIN_INTERVAL_S
 #: How often (s) the housekeeping thread writes the process's job statistics.
 STATS_FLUSH_S = 2.0
 #: How often (s) the housekeeping thread prunes gone workers and old statistics.
@@ -247,8 +250,18 @@ class ForemanThreads:
         # --heartbeat must not make a running worker look gone.
         every_s = min(self.heartbeat_ms, get_config().HEARTBEAT_MS) / 1000
         wait_s = every_s
+        due = time.monotonic() + wait_s
         try:
-            while not self._done.wait(wait_s):
+            # Between two rounds, every second, the jobs with a progress report
+            # waiting are beaten alone (one statement for all of them), so a bar
+            # moves each second while a round stays every ``every_s``.
+            while not self._done.wait(max(0.0, min(due - time.monotonic(), PROGRESS_TICK_S))):
+                if time.monotonic() < due:
+                    try:
+                        self._beat_progress()
+                    except Exception:
+                        logger.warning("progress beat failed", exc_info=True)
+                    continue
                 # A beat that failed (the database was unreachable even after one
                 # reconnect) is tried again soon, not a whole interval later; no
                 # error ends this loop while the foreman runs.
@@ -258,6 +271,7 @@ class ForemanThreads:
                     logger.exception("heartbeat round failed")
                     beaten = False
                 wait_s = every_s if beaten else min(every_s, _BEAT_RETRY_S)
+                due = time.monotonic() + wait_s
         finally:
             connections.close_all()
 
@@ -274,19 +288,32 @@ class ForemanThreads:
         recycle_connections()
         return beaten
 
+    def _beat_progress(self) -> None:
+        """Beat the running jobs whose progress report is ready (none: no statement)."""
+        now = time.monotonic()
+        ready = [r for r in self._snapshot() if r.ctx.progress_slot.ready(now)]
+        if ready:
+            self._beat_leases(ready)
+
     def _beat_leases(self, running: list[_Running]) -> bool:
-        """Extend the leases of ``running``; False if the write failed."""
+        """Extend the leases of ``running`` and store their waiting progress; False if
+        the write failed."""
         if not running:
             return True
         started = [r for r in running if r.start_unrecorded]
+        reports = {r.job.pk: (r, r.ctx.progress_slot.take()) for r in running}
         try:
             alive, cancel = storage.heartbeat(
                 [r.job for r in running],
                 lease_ms=self.lease_ms,
                 started=[r.job.pk for r in started],
+                progress={pk: report for pk, (_r, report) in reports.items() if report},
             )
         except Exception:
             logger.warning("heartbeat failed", exc_info=True)
+            for r, report in reports.values():
+                if report:
+                    r.ctx.progress_slot.put_back(report)
             recycle_connections()
             return False
         for r in started:

@@ -142,6 +142,20 @@ export interface Registration {
   max_wait_ms: number;
 }
 
+/** How far a running job got: `done` of `total` units (0: unknown), and a short message. */
+export interface Progress {
+  done: number;
+  total: number;
+  message?: string | null;
+}
+
+/** A bulk action's answer: jobs changed, and its counts by kind. */
+export interface BulkResult {
+  action: string;
+  changed: number;
+  detail: Record<string, number>;
+}
+
 /** What a worker registers (docs/gateway.md, "The worker protocol"). */
 export interface RegisterOptions {
   name: string;
@@ -420,6 +434,16 @@ export class Client {
     return this.request("POST", `/jobs/${segment(jid)}/retry`, {});
   }
 
+  /**
+   * Retry, cancel or delete every job `filter` selects (admin scope, Pro): the filter
+   * language of the server's docs/console.md "Search syntax", e.g.
+   * `"queue:mail state:failed payload.customer_id:42"`. A bad term is a 422
+   * `invalid_request` naming it.
+   */
+  async bulk(action: "retry" | "cancel" | "delete", filter: string): Promise<BulkResult> {
+    return this.request("POST", "/jobs/bulk", { action, filter });
+  }
+
   // The worker protocol ----------------------------------------------------
 
   /** Mark a registered worker stopped (a clean exit): `stopped` false if it already was; 404 for an unknown name. */
@@ -465,8 +489,12 @@ export class Client {
   }
 
   /** Extend a claimed job's lease; rejects with {@link LeaseLost} when it is not held. */
-  async heartbeat(jid: string, leaseToken: string, leaseMs?: number): Promise<{ cancel_requested: boolean }> {
-    return this.request("POST", `/worker/jobs/${segment(jid)}/heartbeat`, compact({ lease_token: leaseToken, lease_ms: leaseMs }));
+  async heartbeat(jid: string, leaseToken: string, leaseMs?: number, progress?: Progress): Promise<{ cancel_requested: boolean }> {
+    return this.request(
+      "POST",
+      `/worker/jobs/${segment(jid)}/heartbeat`,
+      compact({ lease_token: leaseToken, lease_ms: leaseMs, progress }),
+    );
   }
 
   /** Report success with a JSON result; answers the stored status (`done`, or `init`). */

@@ -6,7 +6,10 @@
 
 import { hostname } from "node:os";
 
-import { Client, type ClaimedJob } from "./client.js";
+import { Client, type ClaimedJob, type Progress } from "./client.js";
+
+/** The shortest time between two progress reports of one job sent, ms. */
+const PROGRESS_INTERVAL_MS = 1_000;
 import { GatewayError, LeaseLost, RateLimited, Unavailable } from "./errors.js";
 
 /** What a handler gets beside the payload. */
@@ -27,6 +30,12 @@ export interface JobContext {
   readonly signal: AbortSignal;
   /** The raw claimed job. */
   readonly job: ClaimedJob;
+  /**
+   * Report how far the job got: `done` of `total` units (0: unknown). Sends nothing
+   * itself: the latest report goes with a heartbeat, at most once a second. Throws a
+   * RangeError unless both are integers >= 0 and `done` <= a known `total`.
+   */
+  progress(done: number, total: number, message?: string | null): void;
 }
 
 /** A job handler: its resolved value is the job's JSON result. */
@@ -111,6 +120,26 @@ function errorText(error: unknown): { message: string; name: string } {
 class Context implements JobContext {
   cancelRequested: boolean;
   readonly controller = new AbortController();
+  /** The latest report not sent yet, and when one was last sent (ms since epoch). */
+  pendingProgress: Progress | null = null;
+  progressSentAt = -Infinity;
+
+  progress(done: number, total: number, message?: string | null): void {
+    for (const [name, n] of [["done", done], ["total", total]] as const) {
+      if (!Number.isInteger(n) || n < 0) throw new RangeError(`progress ${name} must be an integer >= 0, got ${n}`);
+    }
+    if (total && done > total) throw new RangeError(`progress done (${done}) must not exceed total (${total})`);
+    this.pendingProgress = { done, total, message: message ? message.slice(0, 200) : null };
+  }
+
+  /** The report to send now (none within a second of the last one sent). */
+  takeProgress(now: number): Progress | undefined {
+    if (this.pendingProgress === null || now - this.progressSentAt < PROGRESS_INTERVAL_MS) return undefined;
+    const report = this.pendingProgress;
+    this.pendingProgress = null;
+    this.progressSentAt = now;
+    return report;
+  }
 
   constructor(readonly job: ClaimedJob) {
     this.cancelRequested = job.cancel_requested;
@@ -330,8 +359,8 @@ export class Worker {
   private async execute(job: ClaimedJob): Promise<void> {
     const ctx = new Context(job);
     let lost = false;
-    const beat = setInterval(() => {
-      this.client.heartbeat(job.jid, job.lease_token, this.leaseMs).then(
+    const send = (progress: Progress | undefined) => {
+      this.client.heartbeat(job.jid, job.lease_token, this.leaseMs, progress).then(
         (answer) => {
           if (answer.cancel_requested && !ctx.cancelRequested) {
             ctx.cancelRequested = true;
@@ -344,10 +373,20 @@ export class Worker {
             ctx.controller.abort(error);
           } else {
             this.logger.warn(`heartbeat of ${job.jid} failed: ${(error as Error).message}`);
+            if (progress && ctx.pendingProgress === null) {
+              ctx.pendingProgress = progress; // sent with the next beat
+              ctx.progressSentAt = -Infinity;
+            }
           }
         },
       );
-    }, this.heartbeatMs);
+    };
+    const beat = setInterval(() => send(ctx.takeProgress(Date.now())), this.heartbeatMs);
+    // Between two beats, each second, a waiting progress report goes with a beat of its own.
+    const progressBeat = setInterval(() => {
+      const report = ctx.takeProgress(Date.now());
+      if (report) send(report);
+    }, PROGRESS_INTERVAL_MS);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
@@ -369,6 +408,7 @@ export class Worker {
       outcome = { ok: false, error };
     } finally {
       clearInterval(beat);
+      clearInterval(progressBeat);
       clearTimeout(timer);
     }
     if (lost) {

@@ -33,7 +33,7 @@ from django_jobqueue.core.conf import get_config
 from django_jobqueue.core.durations import parse_duration
 from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.enqueue import jobs_database
-from django_jobqueue.management import cancelling, pausing, scheduling, tokens
+from django_jobqueue.management import cancelling, filtering, pausing, scheduling, tokens
 from django_jobqueue.management import status as status_report
 from django_jobqueue.management.arguments import add_database as _add_database
 from django_jobqueue.management.arguments import name as _name
@@ -403,6 +403,7 @@ def _retry_arguments(parser: CommandParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="Count what would be retried; change nothing."
     )
+    filtering.add_filter_argument(parser, "retry")
 
 
 def _check_jids(using: str, jids: list[str]) -> None:
@@ -438,8 +439,14 @@ def _retry(
     jids: list[str] | None,
     retry_all: bool,
     dry_run: bool,
+    job_filter: str | None = None,
     **options: Any,
 ) -> None:
+    if job_filter is not None:
+        if queue is not None or job_type is not None or jids is not None or retry_all:
+            raise CommandError("--filter says which jobs to retry; give it alone.")
+        filtering.act_on_filter(command, "retry", job_filter, database=database, dry_run=dry_run)
+        return
     narrowed = queue is not None or job_type is not None or jids is not None
     if not narrowed and not retry_all:
         raise CommandError(
@@ -507,6 +514,11 @@ subcommand(
     help="Cancel waiting jobs and ask running ones to stop, by jid or by queue.",
     arguments=cancelling.arguments,
 )(cancelling.cancel)
+subcommand(
+    "delete",
+    help="Delete every job a filter selects, running ones excepted (Pro).",
+    arguments=filtering.delete_arguments,
+)(filtering.delete)
 
 
 # The command --------------------------------------------------------------------

@@ -107,3 +107,15 @@ def compute(payload: Any, ctx: Any) -> dict[str, Any]:
     while time.monotonic() < deadline and not ctx.lease_lost:
         time.sleep(0.01)
     return {"s": payload["s"]}
+
+
+@job("worker.progress", max_retry=0)
+def report_progress(payload: Any, ctx: Any) -> int:
+    """Report ``payload["steps"]`` steps of progress, one every ``payload["step_s"]`` s,
+    with many reports per step (the worker keeps only the latest)."""
+    steps = int(payload["steps"])
+    for step in range(1, steps + 1):
+        for _ in range(50):
+            ctx.progress(step, steps, message=f"step {step}")
+        time.sleep(float(payload["step_s"]))
+    return steps

@@ -38,7 +38,17 @@ from .errors import (
     Unauthorized,
 )
 from .producer import AsyncClient, Client
-from .types import CancelResult, ClaimedJob, Enqueued, ErrorEntry, IdJob, Job, Page, Registration
+from .types import (
+    BulkResult,
+    CancelResult,
+    ClaimedJob,
+    Enqueued,
+    ErrorEntry,
+    IdJob,
+    Job,
+    Page,
+    Registration,
+)
 from .version import VERSION
 from .worker import Cancelled, Handler, JobContext, NoRetry, Worker
 
@@ -49,6 +59,7 @@ __all__ = [
     "AsyncClient",
     "BadRequest",
     "BodyTooLarge",
+    "BulkResult",
     "CancelResult",
     "Cancelled",
     "ClaimedJob",

@@ -14,6 +14,7 @@ from typing import Any, Generic, Literal, TypedDict, TypeVar
 from urllib.parse import quote
 
 from .types import (
+    BulkResult,
     CancelResult,
     ClaimedJob,
     Enqueued,
@@ -138,6 +139,15 @@ def retry(jid: str) -> Call[bool]:
     return Call("POST", f"/jobs/{_segment(jid)}/retry", lambda d: bool(d["retried"]))
 
 
+def bulk(action: Literal["retry", "cancel", "delete"], job_filter: str) -> Call[BulkResult]:
+    return Call(
+        "POST",
+        "/jobs/bulk",
+        lambda d: from_json(BulkResult, d),
+        json={"action": action, "filter": job_filter},
+    )
+
+
 def id_verb(
     verb: Literal["add", "set", "update"],
     queue: str,
@@ -197,10 +207,14 @@ def claim(body: Mapping[str, Any]) -> Call[list[ClaimedJob]]:
     )
 
 
-def heartbeat(jid: str, lease_token: str, lease_ms: int | None) -> Call[bool]:
+def heartbeat(
+    jid: str, lease_token: str, lease_ms: int | None, progress: Mapping[str, Any] | None = None
+) -> Call[bool]:
     body: dict[str, Any] = {"lease_token": lease_token}
     if lease_ms is not None:
         body["lease_ms"] = lease_ms
+    if progress is not None:
+        body["progress"] = dict(progress)
     return Call(
         "POST",
         f"/worker/jobs/{_segment(jid)}/heartbeat",

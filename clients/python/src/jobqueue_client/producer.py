@@ -28,7 +28,7 @@ import httpx
 from . import calls
 from .calls import Call, EnqueueOptions
 from .errors import GatewayError, GatewayUnreachable, NotFound, error_from_response
-from .types import CancelResult, ClaimedJob, Enqueued, IdJob, Job, Page, Registration
+from .types import BulkResult, CancelResult, ClaimedJob, Enqueued, IdJob, Job, Page, Registration
 from .version import DISTRIBUTION, VERSION
 
 __all__ = ["AsyncClient", "Client"]
@@ -185,6 +185,16 @@ class Client(_Base):
         """Make a dead letter (or a scheduled job) due now (admin scope)."""
         return self.send(calls.retry(jid))
 
+    def bulk(self, action: Literal["retry", "cancel", "delete"], job_filter: str) -> BulkResult:
+        """Retry, cancel or delete every job ``job_filter`` selects (admin scope, Pro).
+
+        ``job_filter`` is the filter language of the server's docs/console.md "Search
+        syntax" (``"queue:mail state:failed payload.customer_id:42"``). Raises
+        ``InvalidRequest`` (422) naming a bad term, ``Forbidden`` (403) and
+        ``ProRequired`` (402) as the gateway answers.
+        """
+        return self.send(calls.bulk(action, job_filter))
+
     def add(
         self,
         queue: str,
@@ -278,12 +288,21 @@ class Client(_Base):
             body["lease_ms"] = lease_ms
         return self.send(calls.claim(body), timeout=_claim_timeout(self.timeout, wait_ms))
 
-    def heartbeat(self, jid: str, lease_token: str, *, lease_ms: int | None = None) -> bool:
+    def heartbeat(
+        self,
+        jid: str,
+        lease_token: str,
+        *,
+        lease_ms: int | None = None,
+        progress: Mapping[str, Any] | None = None,
+    ) -> bool:
         """Extend a claimed job's lease; return whether it was asked to stop.
 
-        Raises ``LeaseLost`` when the job is no longer held under ``lease_token``.
+        ``progress``: ``{"done": int, "total": int, "message": str | None}``, stored
+        with the lease (the server's docs/console.md "Progress"). Raises
+        ``LeaseLost`` when the job is no longer held under ``lease_token``.
         """
-        return self.send(calls.heartbeat(jid, lease_token, lease_ms))
+        return self.send(calls.heartbeat(jid, lease_token, lease_ms, progress))
 
     def complete(self, jid: str, lease_token: str, result: Any = None) -> str:
         """Report success with a JSON result; return the stored status. ``LeaseLost``."""
@@ -373,6 +392,12 @@ class AsyncClient(_Base):
     async def retry(self, jid: str) -> bool:
         """See :meth:`Client.retry`."""
         return await self.send(calls.retry(jid))
+
+    async def bulk(
+        self, action: Literal["retry", "cancel", "delete"], job_filter: str
+    ) -> BulkResult:
+        """See :meth:`Client.bulk`."""
+        return await self.send(calls.bulk(action, job_filter))
 
     async def _id_verb(
         self,
@@ -476,9 +501,16 @@ class AsyncClient(_Base):
             body["lease_ms"] = lease_ms
         return await self.send(calls.claim(body), timeout=_claim_timeout(self.timeout, wait_ms))
 
-    async def heartbeat(self, jid: str, lease_token: str, *, lease_ms: int | None = None) -> bool:
+    async def heartbeat(
+        self,
+        jid: str,
+        lease_token: str,
+        *,
+        lease_ms: int | None = None,
+        progress: Mapping[str, Any] | None = None,
+    ) -> bool:
         """See :meth:`Client.heartbeat`."""
-        return await self.send(calls.heartbeat(jid, lease_token, lease_ms))
+        return await self.send(calls.heartbeat(jid, lease_token, lease_ms, progress))
 
     async def complete(self, jid: str, lease_token: str, result: Any = None) -> str:
         """See :meth:`Client.complete`."""

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 __all__ = [
+    "BulkResult",
     "CancelResult",
     "ClaimedJob",
     "Enqueued",
@@ -98,6 +99,16 @@ class Job:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     expires_at: datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BulkResult:
+    """A bulk action's answer: jobs ``changed``, and its counts by kind (``dead``,
+    ``waiting``; ``cancelled``, ``requested``; ``deleted``, ``running`` left alone)."""
+
+    action: str
+    changed: int
+    detail: dict[str, int]
 
 
 @dataclasses.dataclass(frozen=True)

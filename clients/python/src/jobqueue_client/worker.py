@@ -58,6 +58,8 @@ T = TypeVar("T")
 
 #: Reports (complete, fail) are tried this many times on a 503 or no answer.
 REPORT_TRIES = 4
+#: The shortest time between two progress reports of one job sent, s.
+PROGRESS_INTERVAL_S = 1.0
 
 
 class NoRetry(Exception):
@@ -89,6 +91,40 @@ class JobContext:
     #: Set once the handler returned and its outcome is being sent: heartbeats stop,
     #: and a 409 to one already in flight is the report's own doing, not a lost lease.
     _reporting: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: The latest progress report not sent yet, and when one was last sent (monotonic s).
+    _progress: dict[str, Any] | None = field(default=None, repr=False)
+    _progress_sent_at: float = field(default=float("-inf"), repr=False)
+    _progress_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def progress(self, done: int, total: int, message: str | None = None) -> None:
+        """Report how far the job got: ``done`` of ``total`` units (0: unknown).
+
+        Sends nothing itself: the latest report goes with the next heartbeat, at most
+        once a second (the server's docs/console.md "Progress"). Raises ``ValueError``
+        if the numbers are not ints >= 0 or ``done`` exceeds a known ``total``.
+        """
+        for name, number in (("done", done), ("total", total)):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError(f"progress {name} must be an integer >= 0, got {number!r}")
+        if total and done > total:
+            raise ValueError(f"progress done ({done}) must not exceed total ({total})")
+        if message is not None and not isinstance(message, str):
+            raise ValueError(f"progress message must be a string or None, got {message!r}")
+        with self._progress_lock:
+            self._progress = {"done": done, "total": total, "message": message and message[:200]}
+
+    def _take_progress(self, now: float) -> dict[str, Any] | None:
+        with self._progress_lock:
+            if self._progress is None or now - self._progress_sent_at < PROGRESS_INTERVAL_S:
+                return None
+            report, self._progress, self._progress_sent_at = self._progress, None, now
+            return report
+
+    def _progress_waits(self, now: float) -> bool:
+        with self._progress_lock:
+            return self._progress is not None and now - self._progress_sent_at >= (
+                PROGRESS_INTERVAL_S
+            )
 
     @property
     def cancelled(self) -> bool:
@@ -343,14 +379,28 @@ class Worker:
         return dict(self.stats)
 
     def _heartbeats(self, every_s: float) -> None:
-        while not self._stop.wait(every_s) or self._running:
+        # Every ``every_s`` each running job is beaten; between two rounds, each
+        # second, the jobs with a progress report waiting are beaten with it.
+        due = time.monotonic() + every_s
+        while not self._stop.wait(max(0.0, min(due - time.monotonic(), PROGRESS_INTERVAL_S))) or (
+            self._running
+        ):
+            now = time.monotonic()
+            round_due = now >= due or self._stop.is_set()
+            if round_due:
+                due = now + every_s
             with self._slot:
                 running = list(self._running.values())
             for ctx in running:
                 if ctx.lease_lost or ctx._reporting.is_set():
                     continue
+                if not round_due and not ctx._progress_waits(now):
+                    continue
+                report = ctx._take_progress(now)
                 try:
-                    if self.client.heartbeat(ctx.jid, ctx.lease_token, lease_ms=self.lease_ms):
+                    if self.client.heartbeat(
+                        ctx.jid, ctx.lease_token, lease_ms=self.lease_ms, progress=report
+                    ):
                         if not ctx.cancelled:
                             logger.info("worker %s: job %s asked to stop", self.name, ctx.jid)
                         ctx._cancel.set()
@@ -362,6 +412,10 @@ class Worker:
                     ctx._lost.set()
                 except GatewayError as exc:
                     logger.warning("worker %s: heartbeat of %s failed: %s", self.name, ctx.jid, exc)
+                    if report is not None:
+                        with ctx._progress_lock:  # sent with the next beat, unless newer
+                            ctx._progress = ctx._progress or report
+                            ctx._progress_sent_at = float("-inf")
             if self._stop.is_set():
                 time.sleep(min(every_s, 0.2))
 
