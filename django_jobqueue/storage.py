@@ -1,5 +1,5 @@
 """The worker's side of the job table (docs/design.md#execution): claim, heartbeat,
-complete, fail, hand back and reap.
+complete, fail and hand back (the lease reaper is :mod:`django_jobqueue.reaping`).
 
 Every state change is one guarded ``UPDATE`` that filters on the job's pk, the
 ``processing`` status and the claim's ``lease_token``, and checks the row count: a
@@ -64,7 +64,10 @@ __all__ = [
     "hand_back",
     "heartbeat",
     "mark_started",
-    "reap_expired",
+    "LEASE_ENDED",
+    "retrying",
+    "unclaim",
+    "unclaim_fields",
 ]
 
 logger = logging.getLogger(__name__)
@@ -72,7 +75,7 @@ logger = logging.getLogger(__name__)
 _LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_token": "", "lease_expires_at": None}
 #: A lease that ends with its attempt: ``lease_owner`` stays, so a finished job still
 #: says which worker ran it last (the console's "run by"); the token and expiry go.
-_LEASE_ENDED: dict[str, Any] = {"lease_token": "", "lease_expires_at": None}
+LEASE_ENDED: dict[str, Any] = {"lease_token": "", "lease_expires_at": None}
 
 
 def _id_hold_options(job: Job) -> tuple[timedelta | None, timedelta]:
@@ -116,7 +119,7 @@ def _database(job: Job) -> str:
     return using
 
 
-def _retrying(using: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+def retrying(using: str, func: Any, *args: Any, **kwargs: Any) -> Any:
     """Run one worker write: "database is locked" and MySQL lock errors retried
     (:func:`locks.retry_when_locked`), a dead connection reconnected and the write
     repeated once (:func:`reconnect.retry_on_disconnect`; see there why a repeat
@@ -157,7 +160,7 @@ def claim(
         True: the jobs start now (``started_at`` is the claim's time; a gateway
         worker's claim). False: claimed, not started yet (``started_at`` NULL):
         the claimer records each start with :func:`mark_started`, or with the
-        next :func:`heartbeat` or outcome; until then :func:`reap_expired`
+        next :func:`heartbeat` or outcome; until then :func:`~django_jobqueue.reaping.reap_expired`
         returns the job unspent (docs/design.md#execution).
 
     Returns
@@ -206,7 +209,7 @@ def claimed_under(using: str, token: str) -> list[Job]:
     try committed is not made twice. When the first try commits only after the
     repeat has looked (the old session still ran on the server), its rows stay
     leased to a claim nobody knows of, and are reaped once their lease expires
-    (:func:`reap_expired`), counting that attempt.
+    (:func:`~django_jobqueue.reaping.reap_expired`), counting that attempt.
     """
     rows = Job.objects.using(using).filter(status=JobStatus.PROCESSING, lease_token=token)
     return sorted(rows, key=lambda job: (job.priority, job.run_at, job.pk))
@@ -344,14 +347,14 @@ def heartbeat(
             by_pk[pk].lease_expires_at = expires_at
         return alive, cancel
 
-    return _retrying(using, beat)
+    return retrying(using, beat)
 
 
 def mark_started(job: Job) -> bool:
     """Store that ``job``, claimed not started (``claim(started=False)``), starts now.
 
     One guarded write of ``started_at``: from now on an expired lease spends the
-    attempt (:func:`reap_expired`). The value stored is the claim's time
+    attempt (:func:`~django_jobqueue.reaping.reap_expired`). The value stored is the claim's time
     (``heartbeat_at`` as the claim wrote it, by the database clock), as every start
     of a claimed job is (:func:`heartbeat`, the outcomes), so the start a handler
     sees and the stored one agree. Returns False, writing nothing, if the lease was
@@ -388,7 +391,7 @@ def complete(job: Job, result: Any = None, *, run_ms: int | None = None) -> bool
         "updated_at": Now(),
         "message": "",
         **_START_AT_THE_LATEST,
-        **_LEASE_ENDED,
+        **LEASE_ENDED,
     }
     if dedupe:
         fields["id_held_until"] = Now() + dedupe
@@ -421,7 +424,7 @@ def complete_many(
     stored: set[int] = set()
     if storage_sql.supported(using):
         rows = [(job, result, _id_hold_options(job)[0]) for job, result in items]
-        stored = _retrying(using, storage_sql.complete_rows, using, rows)
+        stored = retrying(using, storage_sql.complete_rows, using, rows)
     flags = []
     for (job, result), ms in zip(items, times, strict=True):
         if job.pk in stored:
@@ -460,7 +463,7 @@ def fail(
         "message": "<secure>" if job.secure else message[:10_000],
         "updated_at": Now(),
         **_START_AT_THE_LATEST,
-        **_LEASE_ENDED,
+        **LEASE_ENDED,
     }
     if retryable and job.attempt <= job.max_retry:
         status = JobStatus.RETRY
@@ -492,7 +495,7 @@ def finish_cancelled(job: Job, *, message: str = "cancelled while running") -> b
         "message": message,
         **unique.cancel_release(),  # a cancelled job frees its unique key and its id
         **_START_AT_THE_LATEST,
-        **_LEASE_ENDED,
+        **LEASE_ENDED,
     }
     return _write_or_rerun(job, fields, "finish_cancelled", {"message": message}) is not None
 
@@ -511,11 +514,11 @@ def hand_back(job: Job, *, message: str | None = "", keep_place: bool = False) -
     keeps it and this job waits without a hold (the unique index's refusal is
     caught, never raised), since the newer job was enqueued and cannot be undone.
     """
-    fields = _unclaim_fields(job, message, keep_place=keep_place)
-    return _unclaim(job, _guarded(job), fields, "hand_back")
+    fields = unclaim_fields(job, message, keep_place=keep_place)
+    return unclaim(job, _guarded(job), fields, "hand_back")
 
 
-def _unclaim_fields(job: Job, message: str | None, *, keep_place: bool) -> dict[str, Any]:
+def unclaim_fields(job: Job, message: str | None, *, keep_place: bool) -> dict[str, Any]:
     """The fields that undo ``job``'s claim: waiting again, its attempt not spent."""
     fields: dict[str, Any] = {
         "status": JobStatus.RETRY if job.attempt > 1 else JobStatus.INIT,
@@ -530,14 +533,14 @@ def _unclaim_fields(job: Job, message: str | None, *, keep_place: bool) -> dict[
     return fields
 
 
-def _unclaim(job: Job, rows: Any, fields: dict[str, Any], what: str) -> bool:
-    """Write ``fields`` (:func:`_unclaim_fields`) to ``rows`` (``job``'s guarded row),
+def unclaim(job: Job, rows: Any, fields: dict[str, Any], what: str) -> bool:
+    """Write ``fields`` (:func:`unclaim_fields`) to ``rows`` (``job``'s guarded row),
     the unique key held again when it is an ``until_executing`` one."""
     if job.unique_mode == unique.UNTIL_EXECUTING and job.unique_key is not None:
         held = _write_holding_key(job, rows, fields, what)
         if held is not None:
             return held
-    updated = _retrying(_database(job), rows.update, **fields)
+    updated = retrying(_database(job), rows.update, **fields)
     if not updated and what:
         _log_lease_lost(job, what)
     return bool(updated)
@@ -556,7 +559,7 @@ def _write_holding_key(job: Job, rows: Any, fields: dict[str, Any], what: str) -
         except IntegrityError:
             return None
 
-    updated = _retrying(using, write)
+    updated = retrying(using, write)
     if updated is None:
         logger.info("unique key held by another job; handed back without it jid=%s", job.jid)
     elif not updated and what:
@@ -617,22 +620,22 @@ def _write_or_rerun(
     the lease was lost.
     """
     for _round in range(8):
-        if _retrying(_database(job), _guarded(job).filter(rerun=False).update, **fields):
+        if retrying(_database(job), _guarded(job).filter(rerun=False).update, **fields):
             return True
-        if _retrying(
+        if retrying(
             _database(job), _guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)
         ):
             logger.info("rerun requested, job waits again jid=%s type=%s", job.jid, job.job_type)
             notify_on_commit(_database(job), job.queue)
             return False
-        if not _retrying(_database(job), _guarded(job).exists):
+        if not retrying(_database(job), _guarded(job).exists):
             break
     _log_lease_lost(job, what)
     return None
 
 
 def _write(job: Job, fields: dict[str, Any], what: str) -> bool:
-    updated = _retrying(_database(job), _guarded(job).update, **fields)
+    updated = retrying(_database(job), _guarded(job).update, **fields)
     if not updated:
         _log_lease_lost(job, what)
     return bool(updated)
@@ -646,82 +649,3 @@ def _log_lease_lost(job: Job, what: str) -> None:
         job.job_type,
         job.attempt,
     )
-
-
-def reap_expired(using: str, *, limit: int = 100) -> int:
-    """Return jobs whose lease expired to the queue (or dead letter); return how many.
-
-    A job whose worker died (SIGKILL, OOM, power loss) is taken back once its lease
-    expires: ``retry``, due now, if it has retries left, else ``max_retry`` with the
-    message "lease expired". Delivery is at least once.
-
-    An attempt is spent only by a start (docs/design.md#execution): a job claimed
-    but never started (``started_at`` NULL: held by a worker that died before it
-    ran it, see :func:`claim`'s ``started``) goes back to waiting in its place in
-    claim order, its attempt count as before the claim, no backoff and no error
-    entry, as :func:`hand_back` returns it.
-
-    Bounded per statement, not per call: it reads at most ``limit`` expired jobs at a
-    time and loops until a batch takes none back, so one call recovers a whole fleet
-    of dead workers' jobs. A batch that takes none back ends it even if it read some:
-    their leases moved (a heartbeat) or another reaper took them, and that reaper
-    loops on.
-    """
-    total = 0
-    while reaped := _reap_batch(using, limit):
-        total += reaped
-    return total
-
-
-def _reap_batch(using: str, limit: int) -> int:
-    """Take back at most ``limit`` jobs whose lease expired; return how many."""
-    expired = reconnect.retry_on_disconnect(
-        using,
-        lambda: list(Job.objects.using(using).lease_expired().order_by("lease_expires_at")[:limit]),
-    )
-    reaped = 0
-    for job in expired:
-        stale = Job.objects.using(using).filter(
-            pk=job.pk,
-            status=JobStatus.PROCESSING,
-            lease_token=job.lease_token,
-            lease_expires_at__lt=Now(),
-        )
-        if job.started_at is None:
-            # Never started: its holder died first. The guard on started_at loses
-            # to a heartbeat that stored the start meanwhile (and moved the lease).
-            unspent = _unclaim_fields(job, None, keep_place=True)
-            if _unclaim(job, stale.filter(started_at__isnull=True), unspent, ""):
-                reaped += 1
-                logger.warning(
-                    "lease expired before the job started, returned unspent "
-                    "jid=%s type=%s owner=%s attempt=%s",
-                    job.jid,
-                    job.job_type,
-                    job.lease_owner,
-                    job.attempt - 1,
-                )
-            continue
-        message = f"lease expired (worker {job.lease_owner} stopped heartbeating)"
-        entry = error_entry(job, None, message)
-        fields: dict[str, Any] = {
-            "errors": [*job.errors, entry],
-            "message": message,
-            "updated_at": Now(),
-            **_LEASE_ENDED,
-        }
-        retried = job.attempt <= job.max_retry
-        if retried:
-            fields.update(status=JobStatus.RETRY, waiting=True, run_at=Now())
-        else:
-            fields.update(status=JobStatus.MAX_RETRY, finished_at=Now(), **dead_hold_until(job))
-        if _retrying(using, stale.update, **fields):
-            reaped += 1
-            count_outcome(job, "retried" if retried else "failed", timed=False)
-            logger.warning(
-                "lease expired, job taken back jid=%s type=%s owner=%s",
-                job.jid,
-                job.job_type,
-                job.lease_owner,
-            )
-    return reaped

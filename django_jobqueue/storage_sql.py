@@ -399,7 +399,7 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
         "lease_token = %s",
         "lease_expires_at = NULL",
     ]
-    # lease_owner stays: a finished job says which worker ran it (storage._LEASE_ENDED).
+    # lease_owner stays: a finished job says which worker ran it (storage.LEASE_ENDED).
     params += [*now_params, *now_params, "", ""]
     held = [(job, dedupe) for job, _r, dedupe in items if dedupe]
     if held:

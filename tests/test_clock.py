@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import DateTimeField, Value
 from django.utils import timezone
 
-from django_jobqueue import enqueue_job, storage
+from django_jobqueue import enqueue_job, reaping, storage
 from django_jobqueue.core.dbclock import Now
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.schedules import materialize_due
@@ -136,7 +136,7 @@ def test_a_lease_that_ends_now_or_before_is_expired_at_once(until):
     }[until]
     Job.objects.filter(pk=job.pk).update(lease_expires_at=deadline)
     assert list(Job.objects.lease_expired().values_list("pk", flat=True)) == [job.pk]
-    assert storage.reap_expired(USING) == 1
+    assert reaping.reap_expired(USING) == 1
     assert Job.objects.get(pk=job.pk).status == JobStatus.MAX_RETRY  # max_retry=0
 
 
@@ -145,7 +145,7 @@ def test_a_lease_an_hour_ahead_is_not_expired():
     enqueue_job(QUEUE, "ids.draft", "x")
     (job,) = claim()
     assert not Job.objects.lease_expired().exists()
-    assert storage.reap_expired(USING) == 0
+    assert reaping.reap_expired(USING) == 0
     assert Job.objects.get(pk=job.pk).lease_expires_at > db_now(job)
 
 

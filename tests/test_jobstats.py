@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_jobqueue import storage
+from django_jobqueue import reaping, storage
 from django_jobqueue.models import Job, JobStat, JobStatus, JobTotal
 from django_jobqueue.store.jobstats import ProcessStats, pickup_bucket_of, process_stats
 from tests.maintenance_helpers import make_job, running
@@ -68,7 +68,7 @@ def test_storage__counts_each_stored_outcome_once(written):
 def test_reaper__counts_an_expired_lease_as_a_failed_attempt(written):
     running(queue="q", lease_s=-5, max_retry=2)  # retries left: back to the queue
     running(queue="q", lease_s=-5, max_retry=0)  # none left: a dead letter
-    assert storage.reap_expired("default") == 2
+    assert reaping.reap_expired("default") == 2
     assert written() == {"done": 0, "retried": 1, "failed": 1}
     stat = JobStat.objects.get(queue="q")
     assert stat.duration_ms_sum == 0 and stat.le_inf == 0  # counted, not timed

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_jobqueue import JobDescription, enqueue_job, storage
+from django_jobqueue import JobDescription, enqueue_job, reaping, storage
 from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue, UnknownJobType
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.store import registry
@@ -388,7 +388,7 @@ def test_run__a_worker_that_died_counts_as_a_failed_attempt():
         result = t.context_info.enqueue("after a crash")
         [claimed] = storage.claim("default", owner="dead-worker")
         Job.objects.filter(pk=claimed.pk).update(lease_expires_at=Now() - timedelta(seconds=5))
-        assert storage.reap_expired("default") == 1
+        assert reaping.reap_expired("default") == 1
         result.refresh()
         assert result.status == TaskResultStatus.READY
         [error] = result.errors

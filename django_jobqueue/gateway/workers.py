@@ -38,7 +38,7 @@ from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
 
-from .. import storage
+from .. import reaping, storage
 from ..core.conf import get_config
 from ..core.dbclock import Now
 from ..core.exceptions import JobQueueError
@@ -93,7 +93,7 @@ def _reap_now_and_then(using: str) -> None:
         if time.monotonic() - _reaped_at < every:
             return
         _reaped_at = time.monotonic()
-    storage.reap_expired(using)
+    reaping.reap_expired(using)
 
 
 def _excluded(job_types: list[str]) -> set[str]:

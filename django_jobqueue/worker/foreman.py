@@ -15,7 +15,7 @@ One foreman runs in the thread that calls :meth:`Foreman.run` and owns:
   keeps the foreman's :class:`~django_jobqueue.models.Worker` row (named
   ``host:pid``) live, idle or not;
 - **a housekeeping thread** that returns expired leases to the queue
-  (:func:`storage.reap_expired`, every ``lease_ms / 2``), turns due schedules
+  (:func:`reaping.reap_expired`, every ``lease_ms / 2``), turns due schedules
   into jobs (``django_jobqueue.schedules.materialize_due``, about every second,
   when that module exists), writes the outcome counters every few seconds and
   prunes gone workers and old statistics;

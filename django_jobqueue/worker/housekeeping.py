@@ -13,7 +13,7 @@ beside the worker slots:
   (:mod:`django_jobqueue.core.reconnect`), a lease beat that still failed is tried again
   after :data:`_BEAT_RETRY_S`, and no error ends the thread while the foreman runs;
 - **the housekeeping thread**: returns expired leases to the queue
-  (:func:`storage.reap_expired`, every ``lease_ms / 2``), turns due schedules into
+  (:func:`reaping.reap_expired`, every ``lease_ms / 2``), turns due schedules into
   jobs (about every second), writes the process's job statistics
   (:data:`~django_jobqueue.store.jobstats.process_stats`, every :data:`STATS_FLUSH_S`:
   storage counts each outcome and claim there, docs/metrics.md) and prunes
@@ -32,7 +32,7 @@ from importlib import metadata
 
 from django.db import connections
 
-from .. import storage
+from .. import reaping, storage
 from ..core.conf import get_config
 from ..core.reconnect import close_dead, retry_on_disconnect
 from ..models import JobStatus
@@ -343,7 +343,7 @@ class ForemanThreads:
     def _reap(self) -> int:
         try:
             with self._making_due:
-                reaped = storage.reap_expired(self.using)
+                reaped = reaping.reap_expired(self.using)
         except Exception:
             logger.warning("reaping expired leases failed", exc_info=True)
             return 0

@@ -25,7 +25,7 @@ import pytest
 from django.db import connection
 from jobqueue_client import Client, LeaseLost, Worker
 
-from django_jobqueue import storage
+from django_jobqueue import reaping
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.models import Worker as WorkerRow
 from tests.testapp.models import RunRecord
@@ -117,7 +117,7 @@ def test_mixed__gateway_workers_and_runworkers_run_each_job_once(make_token, tmp
         # under the old token is refused and the job goes back to be run once more.
         (stale,) = jq.claim([EXT_QUEUE], job_types=[EXT_TYPE], lease_ms=1_000)
         time.sleep(1.3)
-        assert storage.reap_expired(connection.alias) == 1
+        assert reaping.reap_expired(connection.alias) == 1
         with pytest.raises(LeaseLost) as lost:
             jq.complete(stale.jid, stale.lease_token, {"stale": True})
         assert lost.value.status == 409

@@ -1,7 +1,7 @@
 """Recovery at scale: one reap takes back every expired lease, in batches.
 
 1,000 jobs held by dead workers (leases expired, nobody heartbeating) are all back
-in the queue after one reap on each path that reaps: :func:`storage.reap_expired`,
+in the queue after one reap on each path that reaps: :func:`reaping.reap_expired`,
 the gateway's claim route, and ``runworkers``' housekeeping. Each test waits on a
 condition (no job left ``processing`` under a dead owner), never on a duration.
 """
@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_jobqueue import storage
+from django_jobqueue import reaping
 from django_jobqueue.gateway import workers as gateway_workers
 from django_jobqueue.models import Job, JobStatus
 from tests.maintenance_helpers import job_fields
@@ -58,9 +58,9 @@ def _assert_all_back(queue: str = "orphans") -> None:
 @pytest.mark.django_db
 def test_one_reap_takes_back_every_expired_lease_in_batches():
     _dead_fleet()
-    assert storage.reap_expired("default", limit=100) == COUNT
+    assert reaping.reap_expired("default", limit=100) == COUNT
     _assert_all_back()
-    assert storage.reap_expired("default") == 0
+    assert reaping.reap_expired("default") == 0
 
 
 @pytest.mark.django_db

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from django_jobqueue import enqueue_job, storage
+from django_jobqueue import enqueue_job, reaping, storage
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 from tests.testapp.models import RunRecord
@@ -40,7 +40,7 @@ def test_claim_not_started__the_reaper_returns_it_unspent_in_its_place() -> None
     assert job.jid == first and job.attempt == 1 and job.started_at is None
     before = Job.objects.get(jid=first).run_at
     expire(first)
-    assert storage.reap_expired("default") == 1
+    assert reaping.reap_expired("default") == 1
     row = Job.objects.get(jid=first)
     assert (row.status, row.waiting, row.attempt, row.errors) == (JobStatus.INIT, True, 0, [])
     assert row.run_at == before  # no backoff, its place in claim order kept
@@ -58,7 +58,7 @@ def test_claim_not_started__a_retry_goes_back_as_a_retry_with_its_attempts() -> 
     (job,) = storage.claim("default", owner="dead", limit=1, started=False)
     assert job.attempt == 2
     expire(jid)
-    assert storage.reap_expired("default") == 1
+    assert reaping.reap_expired("default") == 1
     row = Job.objects.get(jid=jid)
     assert (row.status, row.attempt, len(row.errors)) == (JobStatus.RETRY, 1, 1)
 
@@ -69,7 +69,7 @@ def test_started__by_a_write__the_reaper_spends_the_attempt() -> None:
     assert storage.mark_started(job)
     assert Job.objects.get(jid=jid).started_at is not None
     expire(jid)
-    assert storage.reap_expired("default") == 1
+    assert reaping.reap_expired("default") == 1
     row = Job.objects.get(jid=jid)
     assert (row.status, row.attempt, len(row.errors)) == (JobStatus.RETRY, 1, 1)
     assert "lease expired" in row.message
@@ -94,7 +94,7 @@ def test_started__a_lost_lease_refuses_the_start() -> None:
     jid = enqueue_job(None, "starts.quick")["jid"]
     (job,) = storage.claim("default", owner="dead", limit=1, started=False)
     expire(jid)
-    assert storage.reap_expired("default") == 1
+    assert reaping.reap_expired("default") == 1
     assert not storage.mark_started(job)  # the job is not this worker's to run
 
 
@@ -103,7 +103,7 @@ def test_claim_started__as_a_gateway_worker_claims__spends_the_attempt() -> None
     (job,) = storage.claim("default", owner="gw", limit=1)
     assert job.started_at is not None
     expire(jid)
-    assert storage.reap_expired("default") == 1
+    assert reaping.reap_expired("default") == 1
     assert Job.objects.get(jid=jid).attempt == 1
 
 
