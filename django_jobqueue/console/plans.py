@@ -74,6 +74,27 @@ class NewPlanForm(PlanForm):
         return str(_check(validate_plan_name, self.cleaned_data["name"]))
 
 
+def _secure(plan: ScheduleJob) -> bool:
+    """Whether the plan's job type hides its payload (``secure``): never shown or edited here."""
+    description = registered_job_types().get(plan.job_type)
+    return bool(getattr(description, "secure", False))
+
+
+def _plan_form(plan: ScheduleJob, data: Any = None) -> PlanForm:
+    form = PlanForm(
+        data,
+        initial={
+            "cron": plan.cron,
+            "timezone": plan.timezone,
+            "queue": plan.queue,
+            "payload": plan.payload,
+        },
+    )
+    if _secure(plan):
+        del form.fields["payload"]
+    return form
+
+
 def _may_change(request: HttpRequest) -> None:
     if not request.user.has_perm(PERMISSIONS["schedule"]):
         raise PermissionDenied(f"This needs the {PERMISSIONS['schedule']} permission.")
@@ -90,14 +111,7 @@ def _page(
     alias = using()
     declared = plan.source in DECLARED_SOURCES
     if form is None and not declared:
-        form = PlanForm(
-            initial={
-                "cron": plan.cron,
-                "timezone": plan.timezone,
-                "queue": plan.queue,
-                "payload": plan.payload,
-            }
-        )
+        form = _plan_form(plan)
     preview = schedules.preview_runs(plan.cron, plan.timezone) if plan.cron else []
     return render(
         request,
@@ -144,7 +158,10 @@ def schedule_detail(request: HttpRequest, name: str) -> HttpResponse:
             refuse_declared(plan, "edited")
         except DeclaredPlan as exc:
             return _page(request, plan, None, status=400, error=str(exc))
-    form = PlanForm(request.POST)
+    if not plan.cron:
+        error = f"Schedule {name} runs once: only cron plans are edited here."
+        return _page(request, plan, None, status=400, error=error)
+    form = _plan_form(plan, request.POST)
     if not form.is_valid():
         return _page(request, plan, form, status=400)
     try:
@@ -155,7 +172,7 @@ def schedule_detail(request: HttpRequest, name: str) -> HttpResponse:
             cron=form.cleaned_data["cron"],
             timezone=form.cleaned_data["timezone"],
             queue=form.cleaned_data["queue"] or None,
-            payload=form.cleaned_data["payload"],
+            payload=form.cleaned_data.get("payload", plan.payload),
         )
     except ScheduleJob.DoesNotExist as exc:
         raise Http404("No such schedule.") from exc

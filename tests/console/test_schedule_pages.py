@@ -193,3 +193,31 @@ def test_history__the_jobs_it_made_newest_first(clients, nightly):
     assert positions == sorted(positions)  # newest first
     assert 'id="edit-plan"' not in page  # staff without the permission: read only
     assert "No job yet." in clients["staff"].get(url("schedule", nightly.name)).content.decode()
+
+
+def test_secure_job_type__payload_never_shown_and_kept_on_edit(clients):
+    from tests.testapp.jobtypes.maintenance import secret  # noqa: F401  (maint.secret)
+
+    schedules.create_cron_plan(
+        DB, "vault", "maint.secret", cron="0 3 * * *", payload={"pin": "4242-SECRET"},
+        actor=Actor("cli", ""),
+    )  # fmt: skip
+    client = clients["permitted"]
+    page = client.get(url("schedule", "vault")).content.decode()
+    assert "4242-SECRET" not in page and 'name="payload"' not in page
+    data = {"action": "save", "cron": "0 4 * * *", "timezone": "UTC", "queue": ""}
+    assert client.post(url("schedule", "vault"), data).status_code == 302
+    plan = ScheduleJob.objects.get(name="vault")
+    assert (plan.cron, plan.payload) == ("0 4 * * *", {"pin": "4242-SECRET"})
+
+
+def test_one_off_plan__is_not_edited_here(clients):
+    from datetime import datetime
+
+    plan = schedules.add_job_with_schedule(
+        "schedules.tick", at=datetime.now(UTC) + timedelta(days=1), name="once"
+    )
+    response = clients["permitted"].post(url("schedule", plan.name), form())
+    assert response.status_code == 400
+    assert "runs once: only cron plans are edited here" in response.content.decode()
+    assert ScheduleJob.objects.get(name="once").cron == ""
