@@ -208,6 +208,8 @@ class Job(models.Model):
             models.Index(fields=["status", "finished_at"], name="jq_job_finished_idx"),
             models.Index(fields=["queue", "status", "finished_at"], name="jq_job_queue_idx"),
             models.Index(fields=["job_type", "status"], name="jq_job_type_idx"),
+            # A plan's run history (schedules.plan_history): its jobs, newest first.
+            models.Index(fields=["origin", "created_at"], name="jq_job_origin_idx"),
         ]
         permissions = [
             ("retry_job", _("Can retry jobs")),

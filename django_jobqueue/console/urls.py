@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import actions, pro, progress, views
+from . import actions, plans, pro, progress, views
 
 app_name = "django_jobqueue_console"
 
@@ -24,6 +24,8 @@ urlpatterns = [
     path("queues/<path:queue>/<str:action>/", actions.queue_action, name="queue_action"),
     path("workers/", views.workers, name="workers"),
     path("schedules/", views.schedules, name="schedules"),
+    path("schedules/new/", plans.schedule_new, name="schedule_new"),
+    path("schedule/<path:name>", plans.schedule_detail, name="schedule"),
     path("audit/", views.audit_log, name="audit"),
     path("schedules/<path:name>/<str:action>/", actions.schedule_action, name="schedule_action"),
     path("pro/locks/", pro.locks, name="locks"),

@@ -1,4 +1,5 @@
-"""``manage.py jobqueue schedules``: list the schedules; enable, disable, run now, sync.
+"""``manage.py jobqueue schedules``: list the schedules; enable, disable, run now, sync;
+create, edit, delete and show a plan (:mod:`.plan_editing`).
 
 Enable, disable and run now are written to the audit log in their own transaction
 (docs/console.md "Audit log").
@@ -13,6 +14,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobqueue import schedules
 from django_jobqueue.management.arguments import add_database, jobs_database_of, name
+from django_jobqueue.management.plan_editing import (
+    add_plan_arguments,
+    add_plan_options,
+    handle_plan,
+)
 from django_jobqueue.models import ScheduleJob
 from django_jobqueue.store.audit import cli_actor, run_audited
 
@@ -35,6 +41,8 @@ def arguments(parser: CommandParser) -> None:
         help="Write the declared plans (@job cron, JOBQUEUE['SCHEDULES']) now, as a "
         "foreman does when it starts.",
     )
+    add_plan_arguments(action)
+    add_plan_options(parser)
     parser.add_argument(
         "--json", action="store_true", dest="as_json", help="Print JSON instead of a table."
     )
@@ -53,6 +61,8 @@ def handle(
 ) -> None:
     """List the schedules; enable, disable, run now or sync them (audited)."""
     using = jobs_database_of(database)
+    if handle_plan(command, using, options):
+        return
     names = enable or disable or run_now
     if names:
         known = set(

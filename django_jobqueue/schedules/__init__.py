@@ -59,6 +59,7 @@ The package's parts:
 - :mod:`.cron`: cron expressions, time zones, the next tick across daylight saving,
   and a tick's job id; no database;
 - :mod:`.plans`: plan statuses and sources, one-off plans, enable and disable, run now;
+- :mod:`.editing`: create, edit and delete plans at run time, preview runs, history;
 - :mod:`.declared`: the plans declared in code and settings, synced on foreman start;
 - :mod:`.materialize`: due plans into jobs, one per (plan, tick), under the plan's lock.
 """
@@ -67,6 +68,14 @@ from __future__ import annotations
 
 from .cron import next_tick, tick_job_id, validate_cron, validate_timezone
 from .declared import declared_plans, on_foreman_start, sync_declared_plans
+from .editing import (
+    DeclaredPlan,
+    create_cron_plan,
+    delete_plan,
+    edit_plan,
+    plan_history,
+    preview_runs,
+)
 from .materialize import MAX_JOBS_PER_CALL, MAX_PLANS_PER_CALL, ON_TIME_GRACE, materialize_due
 from .plans import (
     DECLARED_SOURCES,
@@ -90,14 +99,20 @@ __all__ = [
     "ON_TIME_GRACE",
     "ScheduleSource",
     "ScheduleStatus",
+    "DeclaredPlan",
     "aadd_job_with_schedule",
     "add_job_with_schedule",
+    "create_cron_plan",
     "declared_plans",
+    "delete_plan",
+    "edit_plan",
     "get_scheduled_jobs",
     "materialize_due",
     "next_tick",
     "on_foreman_start",
+    "plan_history",
     "plan_summary",
+    "preview_runs",
     "run_now",
     "set_enabled",
     "set_enabled_plans",

@@ -43,6 +43,7 @@ __all__ = [
     "run_now",
     "set_enabled",
     "set_enabled_plans",
+    "validate_plan_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,22 @@ def resolve_plan_job(
         As :func:`django_jobqueue.enqueue.build_job`.
     """
     return build_job(queue, job_type, payload, priority=priority)
+
+
+def validate_plan_name(name: Any) -> str:
+    """Return ``name`` if it can name a plan (1 to 200 characters, printable), else raise.
+
+    Raises
+    ------
+    InvalidOption
+        Naming the bad value.
+    """
+    if not isinstance(name, str) or not 0 < len(name) <= 200:
+        raise InvalidOption(f"name must be 1 to 200 characters: got {name!r}.")
+    problem = text_problem(name)
+    if problem is not None:
+        raise InvalidOption(f"The schedule name {problem}: got {name!r}; remove that character.")
+    return name
 
 
 def add_job_with_schedule(
@@ -145,11 +162,7 @@ def add_job_with_schedule(
     spec = resolve_plan_job(job_type, payload, queue, priority)
     if name is None:
         name = f"once:{job_type}:{uuid.uuid4().hex}"
-    if not isinstance(name, str) or not 0 < len(name) <= 200:
-        raise InvalidOption(f"name must be 1 to 200 characters: got {name!r}.")
-    problem = text_problem(name)
-    if problem is not None:
-        raise InvalidOption(f"The schedule name {problem}: got {name!r}; remove that character.")
+    validate_plan_name(name)
     plan = ScheduleJob.objects.create_plan(
         spec.using,
         name=name,

@@ -495,7 +495,8 @@ def _licence(command: Command, **options: Any) -> None:
 
 subcommand(
     "schedules",
-    help="List the schedules with their next run (UTC); enable, disable, run now, sync.",
+    help="List the schedules with their next run (UTC); enable, disable, run now, sync; "
+    "create, edit, delete, show.",
     arguments=scheduling.arguments,
 )(scheduling.handle)
 
