@@ -19,7 +19,23 @@ from .models import Job, JobStatus
 from .store.errorlog import error_entry
 from .store.jobstats import count_outcome
 
-__all__ = ["reap_expired"]
+__all__ = ["UNSTARTED_EXPIRY", "expired_before_start", "reap_expired"]
+
+#: ``exception_class`` of the ``errors`` entry a job gets when its lease expired
+#: before any start of it was stored (:func:`reap_expired` returns it unspent).
+UNSTARTED_EXPIRY = "django_jobqueue.LeaseExpiredBeforeStart"
+
+
+def expired_before_start(job: Job) -> bool:
+    """Whether a lease of ``job`` already expired with no start stored.
+
+    A worker then stores the job's start before it runs it, whatever its job type:
+    a job of a short type starts without a write of its own (its start is stored
+    with its next heartbeat or its outcome), so a job that ends its process before
+    either is returned unspent once, never again (docs/prefetch.md).
+    """
+    return any(entry.get("exception_class") == UNSTARTED_EXPIRY for entry in job.errors)
+
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +50,9 @@ def reap_expired(using: str, *, limit: int = 100) -> int:
     An attempt is spent only by a start (docs/design.md#execution): a job claimed
     but never started (``started_at`` NULL: held by a worker that died before it
     ran it, see :func:`storage.claim`'s ``started``) goes back to waiting in its place in
-    claim order, its attempt count as before the claim, no backoff and no error
-    entry, as :func:`storage.hand_back` returns it.
+    claim order, its attempt count as before the claim, no backoff, as
+    :func:`storage.hand_back` returns it, with one ``errors`` entry
+    (:data:`UNSTARTED_EXPIRY`) that makes its next start a stored one.
 
     Bounded per statement, not per call: it reads at most ``limit`` expired jobs at a
     time and loops until a batch takes none back, so one call recovers a whole fleet
@@ -67,6 +84,11 @@ def _reap_batch(using: str, limit: int) -> int:
             # Never started: its holder died first. The guard on started_at loses
             # to a heartbeat that stored the start meanwhile (and moved the lease).
             unspent = storage.unclaim_fields(job, None, keep_place=True)
+            # Remembered on the row: its next start is stored before it runs
+            # (expired_before_start), so a job that kills its process before any
+            # write is returned unspent once only.
+            message = "lease expired before the job started; returned unspent"
+            unspent["errors"] = [*job.errors, error_entry(job, None, message, UNSTARTED_EXPIRY)]
             if storage.unclaim(job, stale.filter(started_at__isnull=True), unspent, ""):
                 reaped += 1
                 logger.warning(

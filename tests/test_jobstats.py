@@ -65,6 +65,18 @@ def test_storage__counts_each_stored_outcome_once(written):
     assert stat.pickup_le_100 + stat.pickup_le_1000 + stat.pickup_le_10000 >= 8
 
 
+def test_claim__a_foremans_claim_not_started_yet_counts_its_pickup(written):
+    # runworkers claims with started=False (its start is stored later): the pickup
+    # is still the wait from run_at to the claim.
+    make_job(queue="q")
+    (job,) = storage.claim("default", owner="test:1", queues=["q"], started=False)
+    assert job.started_at is None
+    assert storage.complete(job, None)
+    written()
+    stat = JobStat.objects.get(queue="q")
+    assert stat.pickup_le_100 + stat.pickup_le_1000 + stat.pickup_le_10000 == 1
+
+
 def test_reaper__counts_an_expired_lease_as_a_failed_attempt(written):
     running(queue="q", lease_s=-5, max_retry=2)  # retries left: back to the queue
     running(queue="q", lease_s=-5, max_retry=0)  # none left: a dead letter

@@ -579,11 +579,16 @@ def count_outcome(job: Any, outcome: str, *, run_ms: int | None = None, timed: b
 
 
 def count_pickups(using: str, jobs: Sequence[Any]) -> None:
-    """Count each claimed job's wait from ``run_at`` to ``started_at`` (both by the
-    database clock, as the claim read them back) in :data:`process_stats`."""
+    """Count each claimed job's wait from ``run_at`` to its claim (both by the
+    database clock, as the claim read them back) in :data:`process_stats`.
+
+    The claim's time is ``started_at`` where the claim stored the start, else
+    ``heartbeat_at`` (a foreman's claim stores the start later, as that same time).
+    """
     for job in jobs:
-        if job.started_at is not None and job.run_at is not None:
-            wait_ms = (job.started_at - job.run_at).total_seconds() * 1000
+        claimed_at = job.started_at or job.heartbeat_at
+        if claimed_at is not None and job.run_at is not None:
+            wait_ms = (claimed_at - job.run_at).total_seconds() * 1000
             process_stats.record_pickup(using, job.queue, job.job_type, int(wait_ms))
 
 

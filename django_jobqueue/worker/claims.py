@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from .. import storage
+from .. import reaping, storage
 from ..models import Job
 from ..store.wakeups import notify_on_commit
 from .completer import Completer
@@ -183,7 +183,7 @@ class ForemanClaims:
         """
         job = running.job
         if job.started_at is None:
-            if self.is_short(job.job_type):
+            if self.is_short(job.job_type) and not reaping.expired_before_start(job):
                 running.start_unrecorded = True
             else:
                 if self.completer is not None:

@@ -42,12 +42,16 @@ def test_claim_not_started__the_reaper_returns_it_unspent_in_its_place() -> None
     expire(first)
     assert reaping.reap_expired("default") == 1
     row = Job.objects.get(jid=first)
-    assert (row.status, row.waiting, row.attempt, row.errors) == (JobStatus.INIT, True, 0, [])
+    assert (row.status, row.waiting, row.attempt) == (JobStatus.INIT, True, 0)
+    assert [entry["exception_class"] for entry in row.errors] == [reaping.UNSTARTED_EXPIRY]
     assert row.run_at == before  # no backoff, its place in claim order kept
     assert row.lease_token == ""
-    # The next claim takes it first, as its first attempt.
-    (again,) = storage.claim("default", owner="w", limit=1)
+    # The next claim takes it first, as its first attempt, and knows its start must
+    # be stored before it runs (a short type's unstored start may have killed it).
+    (again,) = storage.claim("default", owner="w", limit=1, started=False)
     assert (again.jid, again.attempt) == (first, 1)
+    assert reaping.expired_before_start(again)
+    assert not reaping.expired_before_start(Job.objects.exclude(jid=first).get())
 
 
 def test_claim_not_started__a_retry_goes_back_as_a_retry_with_its_attempts() -> None:
@@ -60,7 +64,9 @@ def test_claim_not_started__a_retry_goes_back_as_a_retry_with_its_attempts() -> 
     expire(jid)
     assert reaping.reap_expired("default") == 1
     row = Job.objects.get(jid=jid)
-    assert (row.status, row.attempt, len(row.errors)) == (JobStatus.RETRY, 1, 1)
+    assert (row.status, row.attempt) == (JobStatus.RETRY, 1)
+    # The failed attempt's entry, then the unstarted expiry's (no attempt spent).
+    assert [e["exception_class"] for e in row.errors][1:] == [reaping.UNSTARTED_EXPIRY]
 
 
 def test_started__by_a_write__the_reaper_spends_the_attempt() -> None:
