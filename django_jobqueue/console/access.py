@@ -11,7 +11,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.urls import reverse
 
@@ -40,6 +40,16 @@ PERMISSIONS = {
 View = Callable[..., HttpResponse]
 
 
+def _has_nul(request: HttpRequest, kwargs: dict[str, Any]) -> bool:
+    """Whether a path parameter, a query or a form value holds a NUL character."""
+    values = [str(value) for value in kwargs.values()]
+    for data in (request.GET, request.POST):
+        for key in data:
+            values.append(key)
+            values.extend(data.getlist(key))
+    return any("\x00" in value for value in values)
+
+
 def staff_required(permission: str | None = None) -> Callable[[View], View]:
     """Wrap a view: anonymous users go to the admin login, non-staff get 403.
 
@@ -57,6 +67,10 @@ def staff_required(permission: str | None = None) -> Callable[[View], View]:
                 raise PermissionDenied("The console is for staff.")
             if permission is not None and not user.has_perm(PERMISSIONS[permission]):
                 raise PermissionDenied(f"This needs the {PERMISSIONS[permission]} permission.")
+            if _has_nul(request, kwargs):
+                # No stored name or id holds one (and PostgreSQL text cannot): such a
+                # request names nothing, and would fail in the database as a 500.
+                return HttpResponseBadRequest("A NUL character names no queue, job or plan.")
             return view(request, *args, **kwargs)
 
         return wrapped

@@ -178,6 +178,10 @@ def confirm_or_run(
     return HttpResponseRedirect(reverse("django_jobqueue_console:jobs"))
 
 
+#: The largest primary key a job can have (a signed 64-bit BigAutoField).
+_MAX_PK = 2**63 - 1
+
+
 @require_POST
 @staff_required()
 def selection(request: HttpRequest) -> HttpResponse:
@@ -191,6 +195,8 @@ def selection(request: HttpRequest) -> HttpResponse:
         pks = sorted({int(pk) for pk in request.POST.getlist("pk")})
     except ValueError:
         pks = []
+    if any(not 1 <= pk <= _MAX_PK for pk in pks):
+        pks = []  # no row has it (SQLite cannot even bind one past 64 bits)
     if not pks or len(pks) > queries.PAGE_SIZE:
         messages.error(request, f"Tick 1 to {queries.PAGE_SIZE} jobs.")
         return HttpResponseRedirect(reverse("django_jobqueue_console:jobs"))

@@ -132,3 +132,33 @@ def test_jobs_with_refused_names_stay_operable(root, odd_rows):
         assert response.status_code == 302, (job.queue, action)
         after = Job.objects.get(pk=job.pk).status
         assert after == (JobStatus.INIT if action == "retry" else JobStatus.CANCELLED), job.queue
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "data"),
+    [
+        ("post", "/console/pause-queue/", {"queue": "\x00"}),
+        ("post", "/console/queues/%00/pause/", {}),
+        ("post", "/console/queues/%00/resume/", {}),
+        ("post", "/console/jobs/%00/retry/", {}),
+        ("post", "/console/jobs/%00/delete/", {}),
+        ("get", "/console/jobs/%00/", {}),
+        ("get", "/console/jobs/?queue=%00", {}),
+    ],
+)
+def test_console__a_nul_character_is_a_400_never_a_500(root, method, path, data):
+    # PostgreSQL text cannot hold NUL: such a name reached the database as a 500.
+    response = getattr(root, method)(path, data)
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "pk", ["99999999999999999999999", str(2**63), "-99999999999999999999", "0"]
+)
+def test_selection__a_pk_no_job_can_have_ticks_nothing(root, pk):
+    job = make_job(queue="q", status=JobStatus.MAX_RETRY)
+    data = {"action": "retry", "pk": [pk], "confirm": "yes"}
+    response = root.post(_console("selection"), data, follow=True)
+    assert response.status_code == 200
+    assert "Tick 1 to" in response.content.decode()
+    assert Job.objects.get(pk=job.pk).status == JobStatus.MAX_RETRY
