@@ -400,7 +400,10 @@ def test_bootstrap__does_nothing_when_the_extras_asked_for_are_installed(tmp_pat
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(sys.executable)
-    pyproject = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    # The stamp hashes both pyproject.toml files, the app's then the client's.
+    both = (ROOT / "pyproject.toml").read_bytes()
+    both += (ROOT / "clients" / "python" / "pyproject.toml").read_bytes()
+    pyproject = hashlib.sha256(both).hexdigest()
     # tasks-backport: bootstrap asks for it itself on Python 3.11.
     extras = "example,mysql,tasks-backport,test"
     stamp = f"python={python}\ndjango=\npyproject={pyproject}\nextras={extras}\n"
