@@ -9,43 +9,15 @@ README "Database notes"); inside ``atomic()`` the dead connection stays an error
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from django.db.backends.signals import connection_created
 
 from django_jobqueue import enqueue_job
 from django_jobqueue.models import Job, JobStatus
 from tests.testapp.models import RunRecord
+from tests.worker.conftest import IDLE_S
 from tests.workers_helpers import drain
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vendor("postgresql", "mysql")]
-
-#: Seconds of idleness after which the server closes a worker session.
-IDLE_S = 1
-
-
-@pytest.fixture
-def idle_timeout() -> Iterator[None]:
-    """Sessions opened by other threads than the test's close after :data:`IDLE_S` idle s."""
-    test_thread = threading.get_ident()
-
-    def short_idle(sender: Any, connection: Any, **kwargs: Any) -> None:
-        if threading.get_ident() == test_thread:
-            return
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute(f"SET idle_session_timeout = {IDLE_S * 1000}")
-            else:
-                cursor.execute(f"SET SESSION wait_timeout = {IDLE_S}")
-
-    connection_created.connect(short_idle, dispatch_uid="test_handler_reconnect.idle")
-    try:
-        yield
-    finally:
-        connection_created.disconnect(dispatch_uid="test_handler_reconnect.idle")
 
 
 def test_write_after_idle_outside_atomic__reconnects_once_and_is_stored(

@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection, connections, transaction
-from django.db.backends.signals import connection_created
 
 from django_jobqueue import enqueue_job, storage
 from django_jobqueue.core.reconnect import is_disconnect, mark_used, retry_on_disconnect
@@ -27,34 +26,10 @@ from django_jobqueue.worker.connections import check_before_handler
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 from tests.testapp.jobtypes import worker as worker_jobs
 from tests.testapp.models import RunRecord
+from tests.worker.conftest import IDLE_S
 from tests.workers_helpers import drain
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vendor("postgresql", "mysql")]
-
-#: Seconds of idleness after which the server closes a worker session.
-IDLE_S = 1
-
-
-@pytest.fixture
-def idle_timeout() -> Iterator[None]:
-    """Make the server close every new session of another thread than the test's
-    after :data:`IDLE_S` idle seconds."""
-    test_thread = threading.get_ident()
-
-    def short_idle(sender: Any, connection: Any, **kwargs: Any) -> None:
-        if threading.get_ident() == test_thread:
-            return
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute(f"SET idle_session_timeout = {IDLE_S * 1000}")
-            else:
-                cursor.execute(f"SET SESSION wait_timeout = {IDLE_S}")
-
-    connection_created.connect(short_idle, dispatch_uid="test_reconnect.idle")
-    try:
-        yield
-    finally:
-        connection_created.disconnect(dispatch_uid="test_reconnect.idle")
 
 
 def kill_other_sessions() -> int:
