@@ -22,6 +22,10 @@ __all__ = ["Event", "actions_for", "attempts_of", "claimed_by", "origin_text", "
 #: name (docs/gateway.md "Worker names").
 GATEWAY_OWNER_MARK = "gateway:"
 
+#: How far two clocks' readings of the same moment may differ in a timeline: the
+#: database's, rounded to the millisecond, and this host's.
+CLOCK_SLACK = timedelta(milliseconds=5)
+
 
 @dataclass(frozen=True)
 class Event:
@@ -138,12 +142,25 @@ def timeline(job: Job, audit: list[AuditEntry], now: datetime) -> list[Event]:
         events.append(Event(entry["at_time"], what, "failed"))
     for row in audit:
         events.append(Event(row.at, _action_words(row), "operator"))
-    if job.started_at and job.attempt >= 1:
-        events.append(Event(job.started_at, f"attempt {job.attempt} started", "attempt"))
-    if job.finished_at:
-        events.append(Event(job.finished_at, f"finished: {state_label(job, now)}"))
     earliest = datetime.min.replace(tzinfo=UTC)
-    return sorted(events, key=lambda e: e.at or earliest)
+    # The current attempt began after the last retry that made the job due again (a
+    # retry sets ``attempt`` back to 0), and ended after it began. The audit row's time
+    # is the database's clock and the start may be this host's, each to the
+    # millisecond: within :data:`CLOCK_SLACK` the order of what happened decides.
+    retried = [row.at for row in audit if row.action == "retry" and row.count and row.at]
+    last: list[tuple[datetime, int, Event]] = []
+    if job.started_at and job.attempt >= 1:
+        start = Event(job.started_at, f"attempt {job.attempt} started", "attempt")
+        key = job.started_at
+        for at in retried:
+            if key < at <= key + CLOCK_SLACK:
+                key = at
+        last.append((key, 1, start))
+    if job.finished_at:
+        end = Event(job.finished_at, f"finished: {state_label(job, now)}")
+        last.append((max([job.finished_at, *(k for k, _r, _e in last)]), 2, end))
+    ordered = [(e.at or earliest, 0, e) for e in events] + last
+    return [e for _at, _rank, e in sorted(ordered, key=lambda item: (item[0], item[1]))]
 
 
 def duration(job: Job) -> timedelta | None:

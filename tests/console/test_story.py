@@ -115,6 +115,33 @@ def test_timeline__to_the_millisecond_in_time_order(clients):
     assert text_of(html, "duration") == "860 ms"
 
 
+def test_timeline__a_start_read_just_before_the_retry_that_made_it_follows_it():
+    # The retry's audit time is the database's clock rounded to the millisecond; the
+    # worker's start may read a hair earlier. What happened decides: retry, then start.
+    from django_jobqueue.console.story import CLOCK_SLACK, timeline
+
+    created = datetime(2026, 12, 3, 11, 5, 21, 0, tzinfo=UTC)
+    retried_at = created + timedelta(seconds=3)
+    job = make_job(
+        status=JobStatus.DONE,
+        attempt=1,
+        started_at=retried_at - timedelta(microseconds=400),
+        finished_at=retried_at - timedelta(microseconds=100),
+    )
+    job.created_at = created
+    retry = AuditEntry(source="console", actor="ops", action="retry", count=1, at=retried_at)
+    far_retry = AuditEntry(
+        source="console", actor="ops", action="retry", count=1, at=created + timedelta(seconds=1)
+    )
+    events = [e.what for e in timeline(job, [far_retry, retry], timezone.now())]
+    assert events[-3:] == ["retry by console ops", "attempt 1 started", "finished: done"]
+    # Beyond the slack the clocks are believed: a start well before a retry stays first.
+    job.started_at = retried_at - 2 * CLOCK_SLACK
+    job.finished_at = retried_at - CLOCK_SLACK * 1.5
+    events = [e.what for e in timeline(job, [retry], timezone.now())]
+    assert events[-3:] == ["attempt 1 started", "finished: done", "retry by console ops"]
+
+
 ALL = {"retry", "cancel", "delete"}
 
 
