@@ -25,7 +25,7 @@ soak:
 
 # ruff, mypy (django-stubs) and import-linter's layer contracts (pyproject.toml), and
 # cargo fmt --check on clients/rust and gofmt -l on clients/go (a missing cargo or
-# gofmt fails lint; scripts/system-packages installs them first where it can);
+# gofmt fails lint; scripts/system-packages installs them, and Ruby, PHP and Crystal, first where it can);
 # scripts/lint-clients for Ruby (ruby -wc), PHP (php -l) and Crystal (crystal tool
 # format --check), which fails on a missing toolchain too. mypy
 # reads the gateway's, prometheus-client's, psycopg's and httpx's types (wheels); no mysqlclient, so lint needs
@@ -36,7 +36,7 @@ lint:
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 	.venv/bin/lint-imports --no-cache
-	scripts/system-packages rust go
+	scripts/system-packages rust go ruby php crystal
 	@command -v cargo >/dev/null 2>&1 && cargo fmt --version >/dev/null 2>&1 \
 		|| { echo "lint: FAILED: no cargo fmt for clients/rust (apt-get install cargo rustfmt)" >&2; exit 1; }
 	cd clients/rust && cargo fmt --check

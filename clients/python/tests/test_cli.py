@@ -87,6 +87,19 @@ class UsageTests(unittest.TestCase):
         err = self.usage_error(*self.base, "--handlers", "myhandlers", env={"JQ_CONCURRENCY": "x"})
         self.assertIn("must be an integer", err)
 
+    def test_usage__a_url_or_lease_the_gateway_could_never_take(self) -> None:
+        # Each would otherwise be retried forever: no scheme never connects, and the
+        # gateway refuses a lease outside its bounds at every claim.
+        base = ["--handlers", "myhandlers", "--token", "jqt_x", "--queues", "q"]
+        err = self.usage_error(*base, "--url", "127.0.0.1:8000")
+        self.assertIn("must be http:// or https:// with a host, got '127.0.0.1:8000/sdk'", err)
+        err = self.usage_error(*base, "--url", "ftp://127.0.0.1/sdk")
+        self.assertIn("must be http:// or https://", err)
+        for lease in ("500", "86400001"):
+            err = self.usage_error(*self.base, "--handlers", "myhandlers", "--lease-ms", lease)
+            bounds = "lease_ms must be between 1000 and 86400000 (the gateway's bounds)"
+            self.assertIn(f"{bounds}, got {lease}", err)
+
     def test_usage__a_handler_module_that_is_missing_or_holds_no_handlers(self) -> None:
         self.assertIn(
             "no module named 'nosuch'", self.usage_error(*self.base, "--handlers", "nosuch")

@@ -22,9 +22,11 @@ concurrency=N (...)`` to stderr once the gateway accepted it, a line per failed 
 or refused call, and ``stopped: claimed=... completed=...`` at the end. SIGTERM or
 SIGINT stops claiming; running jobs finish and are reported, then it exits 0.
 
-Exit status: 0 after a graceful stop, 2 on a usage error (a bad option, a handler
-module that is not there or holds no handlers), 1 when the gateway refuses the
-worker (a bad token, a queue the token may not use) or anything else fails.
+Exit status: 0 after a graceful stop, 2 on a usage error (a bad option, a URL that is
+not ``http(s)://host...``, a ``--lease-ms`` outside 1000 to 86400000, a handler module
+that is not there or holds no handlers, or an option the gateway refuses as invalid
+at registration or claim), 1 when the gateway refuses the worker (a bad token, a
+queue the token may not use) or anything else fails.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .errors import GatewayError
+from .errors import BadRequest, GatewayError, InvalidRequest
 from .version import DISTRIBUTION, VERSION
 from .worker import Handler, Worker
 
@@ -258,18 +260,24 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         sys.stderr.write(f"{PROG}: ERROR importing {args.handlers} failed:\n")
         traceback.print_exc()
         return 1
-    worker = Worker(
-        handlers,
-        url=gateway_url(args.url),
-        token=args.token,
-        queues=queues,
-        concurrency=args.concurrency,
-        name=args.name,
-        wait_ms=args.wait_ms,
-        lease_ms=args.lease_ms,
-    )
+    try:
+        worker = Worker(
+            handlers,
+            url=gateway_url(args.url),
+            token=args.token,
+            queues=queues,
+            concurrency=args.concurrency,
+            name=args.name,
+            wait_ms=args.wait_ms,
+            lease_ms=args.lease_ms,
+        )
+    except ValueError as exc:  # a URL that is no http(s) URL, a lease out of bounds
+        parser.error(str(exc))
     try:
         worker.run()
+    except (BadRequest, InvalidRequest) as exc:
+        logging.getLogger("jobqueue_client").error("the gateway refused an option: %s", exc)
+        return 2
     except GatewayError as exc:
         logging.getLogger("jobqueue_client").error("the gateway refused the worker: %s", exc)
         return 1

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -83,6 +84,12 @@ def _claim_timeout(timeout: float, wait_ms: int) -> float:
 
 class _Base:
     def __init__(self, url: str, token: str, timeout: float) -> None:
+        parsed = urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(
+                f"The gateway URL must be http:// or https:// with a host, got {url!r}: "
+                "write it as http://host:port/sdk."
+            )
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -102,6 +109,12 @@ class Client(_Base):
     http:
         An ``httpx.Client`` to use (its base URL and headers are left alone; this
         client passes full URLs). None: one of its own, closed by :meth:`close`.
+
+    Raises
+    ------
+    ValueError
+        If ``url`` is not ``http://`` or ``https://`` with a host (it could never
+        answer: a worker would retry it forever).
     """
 
     def __init__(

@@ -43,7 +43,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .errors import GatewayError, LeaseLost, RateLimited, ServiceUnavailable
+from .errors import (
+    BadRequest,
+    GatewayError,
+    InvalidRequest,
+    LeaseLost,
+    RateLimited,
+    ServiceUnavailable,
+)
 from .errors import GatewayUnreachable as _Unreachable
 from .producer import Client
 from .signals import SignalRelay
@@ -60,6 +67,10 @@ T = TypeVar("T")
 REPORT_TRIES = 4
 #: The shortest time between two progress reports of one job sent, s.
 PROGRESS_INTERVAL_S = 1.0
+
+#: The lease a worker may ask for, ms: the gateway's bounds (docs/gateway.md).
+LEASE_MS_MIN = 1_000
+LEASE_MS_MAX = 86_400_000
 
 
 class NoRetry(Exception):
@@ -176,7 +187,9 @@ class Worker:
     Raises
     ------
     ValueError
-        If no handler, queue, URL or token is given, or ``concurrency`` < 1.
+        If no handler, queue, URL or token is given, the URL is not http(s) with a
+        host, ``concurrency`` < 1, or ``lease_ms`` is outside the gateway's bounds
+        (:data:`LEASE_MS_MIN` to :data:`LEASE_MS_MAX`).
     TypeError
         If a handler is not callable.
     """
@@ -204,6 +217,11 @@ class Worker:
             raise ValueError("Worker needs at least one queue")
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if lease_ms is not None and not LEASE_MS_MIN <= lease_ms <= LEASE_MS_MAX:
+            raise ValueError(
+                f"lease_ms must be between {LEASE_MS_MIN} and {LEASE_MS_MAX} "
+                f"(the gateway's bounds), got {lease_ms}"
+            )
         if client is None:
             url = url or os.environ.get("JOBQUEUE_URL")
             token = token or os.environ.get("JOBQUEUE_TOKEN")
@@ -266,7 +284,9 @@ class Worker:
         ------
         GatewayError
             If the registration is refused (``Unauthorized``, ``Forbidden``,
-            ``InvalidRequest``...). Errors after it are logged and retried, never raised.
+            ``InvalidRequest``...), or a claim is refused as malformed (``BadRequest``,
+            ``InvalidRequest``: the same claim would be refused again). Other errors
+            after it are logged and retried, never raised.
         """
         relay = SignalRelay(self._on_signal)
         try:
@@ -351,6 +371,10 @@ class Worker:
                         # for); claim again after that wait, as if it had been waited.
                         self._stop.wait(max(_CAPPED_PAUSE_S, wait_ms / 1000))
                         continue
+                except (BadRequest, InvalidRequest):
+                    # The claim as this worker asks it is refused, and asking again
+                    # cannot change that: stop (run() raises it) rather than loop.
+                    raise
                 except GatewayError as exc:
                     failures += 1
                     pause = _pause(exc, failures)
