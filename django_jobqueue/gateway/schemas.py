@@ -17,6 +17,7 @@ from ninja import Schema
 from pydantic import (
     AfterValidator,
     AwareDatetime,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -91,6 +92,18 @@ QueueName = Annotated[StrictStr, Field(min_length=1, max_length=100), AfterValid
 Text = Annotated[StrictStr, Field(min_length=1, max_length=1024), Storable]
 
 
+def _iso_text(value: Any) -> Any:
+    """Refuse a number for a time: JSON has no time type, and pydantic would read a
+    number as seconds (or ms) since 1970, a guess docs/gateway.md never promises."""
+    if isinstance(value, int | float):  # bool too
+        raise ValueError("must be ISO 8601 text with an offset, e.g. 2026-12-05T10:00:00Z")
+    return value
+
+
+#: A time in the gateway's input: ISO 8601 text with an offset (docs/gateway.md).
+IsoTime = Annotated[AwareDatetime, BeforeValidator(_iso_text)]
+
+
 def _bounded(value: datetime | None) -> datetime | None:
     if value is not None and abs(value - timezone.now()) > _MAX_SPAN:
         raise ValueError("must be within 100 years of now")
@@ -131,7 +144,7 @@ class JobIn(_In):
     payload: Any = None
     priority: Annotated[int, Field(strict=True, ge=1, le=_MAX_INT)] | None = None
     delay: Duration | None = Field(None, description='"500ms", "5s", "1m", or seconds.')
-    run_at: AwareDatetime | None = None
+    run_at: IsoTime | None = None
     expires_ms: Annotated[int, Field(strict=True, ge=1, le=_MAX_INT)] | None = None
     timeout_ms: Annotated[int, Field(strict=True, ge=1, le=_MAX_INT)] | None = None
     max_retry: Annotated[int, Field(strict=True, ge=0, le=10_000)] | None = None
@@ -214,7 +227,7 @@ class IdValueIn(_In):
 
     value: Any = None
     job_type: Name | None = Field(None, description="None: the queue's one job type.")
-    at: AwareDatetime | None = None
+    at: IsoTime | None = None
     delay: Duration | None = None
 
     _at = field_validator("at")(_bounded)

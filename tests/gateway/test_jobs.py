@@ -76,6 +76,9 @@ def test_enqueue__held_id_is_409_with_the_holder(api):
         ({"delay": "soon"}, "delay"),
         ({"delay": "1s", "run_at": "2030-01-01T00:00:00Z"}, "run_at"),
         ({"run_at": "2030-01-01T00:00:00"}, "run_at"),
+        ({"run_at": 1_900_000_000}, "run_at"),  # a number is no time: ISO text only
+        ({"run_at": 1_900_000_000.5}, "run_at"),
+        ({"run_at": True}, "run_at"),
         ({"unique_key": "k", "unique_mode": "forever"}, "unique_mode"),
         ({"job_type": "no.such.type"}, "job_type"),
         ({"queue": "q\x00"}, "queue"),
