@@ -44,6 +44,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connections, transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
 
 from ..core.conf import get_config
 from ..core.dbclock import Now
@@ -351,7 +353,14 @@ class Step:
         updated = (
             Job.objects.using(self._using)
             .filter(pk=job.pk, status=JobStatus.PROCESSING, lease_token=job.lease_token)
-            .update(steps=steps, updated_at=Now())
+            # A checkpoint is a write of the started job: its start is stored at the
+            # latest here, as an outcome stores it (storage), so a worker killed
+            # after a step has spent its attempt (reaping.reap_expired).
+            .update(
+                steps=steps,
+                started_at=Coalesce(F("started_at"), F("heartbeat_at")),
+                updated_at=Now(),
+            )
         )
         if not updated:
             self._ctx.mark_lease_lost()
