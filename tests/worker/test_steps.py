@@ -259,3 +259,11 @@ def test_set_with_a_new_value__starts_a_dead_letters_steps_afresh():
     assert [entry["name"] for entry in Job.objects.get(pk=row.pk).steps] == ["a", "b"]
     queue.set("order-1", {})
     assert Job.objects.get(pk=row.pk).steps is None
+
+
+def test_async_handler__steps_through_sync_to_async(no_backoff):
+    jid = enqueue("steps.async", None)
+    assert attempt(jid)[0] == JobStatus.RETRY
+    assert attempt(jid)[0] == JobStatus.DONE
+    assert labels(jid) == [("async-first", 1), ("async-second", 2)]
+    assert Job.objects.get(jid=jid).result == ["first", "second"]

@@ -227,3 +227,23 @@ def misuse(payload: dict[str, Any], ctx: Any) -> None:
 def pair(payload: Any, ctx: Any) -> Any:
     """Return a step's fresh result, a tuple, as the handler sees it."""
     return {"seen": repr(ctx.step("pair")(lambda step: (1, 2)))}
+
+
+@job("steps.async", max_retry=2)
+async def async_steps(payload: Any, ctx: Any) -> Any:
+    """An async handler's steps, through ``sync_to_async`` (docs/workflows.md)."""
+    from asgiref.sync import sync_to_async
+
+    def first(step: Any) -> str:
+        record(ctx, "async-first")
+        return "first"
+
+    def second(step: Any) -> str:
+        record(ctx, "async-second")
+        if ctx.attempt == 1:
+            raise RuntimeError("async second failed")
+        return "second"
+
+    one = await sync_to_async(ctx.step("first"))(first)
+    two = await sync_to_async(ctx.step("second"))(second)
+    return [one, two]
