@@ -163,9 +163,7 @@ class StepOrderChanged(JobQueueError):
 
     code = "step_order_changed"
 
-    def __init__(
-        self, message: str, *, step: str, expected: str, recorded: Sequence[str]
-    ) -> None:
+    def __init__(self, message: str, *, step: str, expected: str, recorded: Sequence[str]) -> None:
         super().__init__(message)
         self.step = step
         self.expected = expected

@@ -244,7 +244,7 @@ class Step:
                 self.result = entry.get("result")
                 log.position += 1
                 log.failed = None
-                return self.result  # type: ignore[no-any-return]
+                return self.result
         self._using = self._ctx.job._state.db or "default"
         if connections[self._using].in_atomic_block:
             raise InvalidStep(
@@ -276,7 +276,7 @@ class Step:
         log.position += 1
         log.failed = None
         self.done = True
-        return self.result  # type: ignore[no-any-return]
+        return self.result
 
     def save(self, cursor: Any) -> None:
         """Checkpoint this step now: commit its writes so far with ``cursor``.

@@ -71,9 +71,8 @@ def test_sigkill_between_steps__each_steps_write_happens_once_and_the_job_ends_d
     assert [error["message"].startswith("lease expired") for error in job.errors] == [True] * 2
     records = list(RunRecord.objects.filter(jid=jid).values_list("label", "attempt"))
     # Every step's write committed exactly once, by the attempt that got past it.
-    assert Counter(label for label, _attempt in records) == {
-        label: 1 for label in ("reserve", "charge", "item-0", "item-1", "item-2", "item-3")
-    }
+    steps = ("reserve", "charge", "item-0", "item-1", "item-2", "item-3")
+    assert Counter(label for label, _attempt in records) == dict.fromkeys(steps, 1)
     assert dict(records) == {
         "reserve": 1,
         "charge": 2,
