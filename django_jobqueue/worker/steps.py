@@ -52,6 +52,7 @@ from ..core.dbclock import Now
 from ..core.exceptions import InvalidStep, StepLeaseLost, StepOrderChanged
 from ..core.validation import json_text
 from ..models import Job, JobStatus
+from .connections import check_before_handler
 
 if TYPE_CHECKING:
     from .context import JobContext
@@ -253,6 +254,9 @@ class Step:
                 " own writes, so begin the step outside any atomic() block."
             )
         self._check_lease()
+        # The step's BEGIN is no statement the handler's idle check sees: a connection
+        # that died while the handler computed is replaced before it (worker.connections).
+        check_before_handler()
         log.failed = self.name
         self._atomic = transaction.atomic(using=self._using)
         self._atomic.__enter__()

@@ -247,3 +247,16 @@ async def async_steps(payload: Any, ctx: Any) -> Any:
     one = await sync_to_async(ctx.step("first"))(first)
     two = await sync_to_async(ctx.step("second"))(second)
     return [one, two]
+
+
+@job("steps.after_idle", max_retry=0)
+def after_idle(payload: dict[str, Any], ctx: Any) -> str:
+    """Compute (sleep) ``payload["s"]`` seconds, then write in a step."""
+    time.sleep(float(payload["s"]))
+
+    @ctx.step("write")
+    def written(step: Any) -> str:
+        record(ctx, "after_idle")
+        return "written"
+
+    return written
