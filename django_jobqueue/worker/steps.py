@@ -258,14 +258,14 @@ class Step:
         # that died while the handler computed is replaced before it (worker.connections).
         check_before_handler()
         log.failed = self.name
-        self._atomic = transaction.atomic(using=self._using)
-        self._atomic.__enter__()
+        atomic = transaction.atomic(using=self._using)
+        atomic.__enter__()
+        self._atomic = atomic
         self._entered = True
         try:
             value = func(self)
-            text = self._json(value, "result")
-            self.result = json.loads(text)
-            stored = {"name": self.name, "done": True, "cursor": self.cursor, "result": self.result}
+            result = json.loads(self._json(value, "result"))
+            stored = {"name": self.name, "done": True, "cursor": self.cursor, "result": result}
             self._checkpoint(stored)
         except BaseException as exc:
             self._entered = False
@@ -280,6 +280,7 @@ class Step:
         log.position += 1
         log.failed = None
         self.done = True
+        self.result = result
         return self.result
 
     def save(self, cursor: Any) -> None:
@@ -327,8 +328,9 @@ class Step:
         log = self._ctx.step_log
         log.recorded = log.store(saved)
         self.cursor = value
-        self._atomic = transaction.atomic(using=self._using)
-        self._atomic.__enter__()
+        atomic = transaction.atomic(using=self._using)
+        atomic.__enter__()  # the rest of the step: a new transaction
+        self._atomic = atomic
 
     def _json(self, value: Any, what: str) -> str:
         try:
