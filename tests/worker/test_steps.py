@@ -8,6 +8,7 @@ in the test's thread; the step's writes are RunRecord rows of tests/testapp.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +25,7 @@ from django_jobqueue.worker.context import JobContext
 from django_jobqueue.worker.executor import execute
 from tests.testapp.jobtypes import steps as steptypes
 from tests.testapp.models import RunRecord
+from tests.workers_helpers import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -267,3 +269,42 @@ def test_async_handler__steps_through_sync_to_async(no_backoff):
     assert attempt(jid)[0] == JobStatus.DONE
     assert labels(jid) == [("async-first", 1), ("async-second", 2)]
     assert Job.objects.get(jid=jid).result == ["first", "second"]
+
+
+# SQLite: a step's transaction holds the one write lock from its BEGIN IMMEDIATE, so
+# no other connection can take the lease while a step runs there; the worker's own
+# timeout write waits for the step's checkpoint instead.
+@pytest.mark.vendor("postgresql", "mysql")
+def test_lease_lost_after_a_cursor_save__keeps_the_saved_writes_and_rolls_back_the_rest():
+    jid = enqueue("steps.cursor_hooked", None)
+    pk = Job.objects.get(jid=jid).pk
+    steptypes.HOOKS[jid] = lambda: _steal_lease(pk)
+    try:
+        status, _ctx = attempt(jid)
+    finally:
+        steptypes.HOOKS.pop(jid)
+    assert status is None
+    assert isinstance(steptypes.RAISED.pop(jid), StepLeaseLost)
+    # item-0 committed with the first save; item-1 was written before the refused one.
+    assert labels(jid) == [("item-0", 1)]
+    assert Job.objects.get(jid=jid).steps == [
+        {"name": "items", "done": False, "cursor": 1, "result": None}
+    ]
+
+
+@pytest.mark.vendor("postgresql", "mysql")
+def test_step_past_the_jobs_timeout__its_late_checkpoint_is_refused_and_rolled_back(
+    no_backoff,
+):
+    jid = enqueue("steps.slow", {"s": 3})
+    # A foreman with real threads: attempt 1 times out at 1 s and attempt 2 runs
+    # while attempt 1's abandoned step still sleeps in its transaction.
+    assert drain(concurrency=2, lease_ms=30_000) == {"retry": 1, "done": 1}
+    deadline = time.monotonic() + 60
+    while jid not in steptypes.RAISED and time.monotonic() < deadline:
+        time.sleep(0.05)  # the abandoned runner's step ends at 3 s
+    assert isinstance(steptypes.RAISED.pop(jid), StepLeaseLost)
+    row = Job.objects.get(jid=jid)
+    assert (row.status, row.attempt, row.result) == (JobStatus.DONE, 2, "finished")
+    assert "ran past its timeout" in row.errors[0]["message"]
+    assert labels(jid) == [("slow", 2)]  # attempt 1's write rolled back

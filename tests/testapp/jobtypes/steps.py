@@ -260,3 +260,44 @@ def after_idle(payload: dict[str, Any], ctx: Any) -> str:
         return "written"
 
     return written
+
+
+@job("steps.slow", max_retry=1, timeout="1s")
+def slow(payload: dict[str, Any], ctx: Any) -> str:
+    """One step that writes, then (on attempt 1 only) sleeps ``payload["s"]`` seconds,
+    past the 1 s timeout; what the step raises is kept."""
+    try:
+
+        @ctx.step("slow")
+        def finished(step: Any) -> str:
+            record(ctx, "slow")
+            if ctx.attempt == 1:
+                time.sleep(float(payload["s"]))
+            return "finished"
+
+    except Exception as exc:
+        RAISED[ctx.jid] = exc
+        raise
+    return finished
+
+
+@job("steps.cursor_hooked", max_retry=0)
+def cursor_hooked(payload: Any, ctx: Any) -> int:
+    """A step that saves its cursor after each of three items, and runs the test's
+    hook (:data:`HOOKS`) after the first save; what it raises is kept."""
+    hook = HOOKS.get(ctx.jid, lambda: None)
+    try:
+
+        @ctx.step("items")
+        def items(step: Any) -> int:
+            for n in range(step.cursor or 0, 3):
+                record(ctx, f"item-{n}")
+                step.save(n + 1)
+                if n == 0:
+                    hook()
+            return 3
+
+    except Exception as exc:
+        RAISED[ctx.jid] = exc
+        raise
+    return items
