@@ -171,6 +171,10 @@ class Job(models.Model):
     #: A running job's latest ``{"done", "total", "message"}``, stored with a heartbeat
     #: (docs/console.md "Progress"); NULL: none reported.
     progress = models.JSONField(_("progress"), null=True, blank=True)
+    #: The handler's resumable steps (docs/workflows.md "Resumable steps"), in the order
+    #: they first checkpointed: ``[{"name", "done", "cursor", "result"}, ...]``; NULL:
+    #: none recorded. Written only by the lease holder, inside the step's transaction.
+    steps = models.JSONField(_("steps"), null=True, blank=True)
     #: An id's ``set`` on a running job: one run more after this one, with this value.
     rerun = models.BooleanField(default=False)
     rerun_payload = models.JSONField(null=True, blank=True)

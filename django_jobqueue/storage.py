@@ -597,6 +597,7 @@ def _rerun_fields(extra: dict[str, Any]) -> dict[str, Any]:
         rerun_payload=None,
         rerun_at=None,
         started_at=None,
+        steps=None,  # a new value: its handler starts its steps afresh
         **extra,
     )
 

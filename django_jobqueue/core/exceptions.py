@@ -8,6 +8,8 @@ directly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.core.exceptions import ImproperlyConfigured
 
 __all__ = [
@@ -19,10 +21,13 @@ __all__ = [
     "InvalidPayload",
     "PayloadTooLarge",
     "InvalidRequest",
+    "InvalidStep",
     "JobQueueError",
     "LockTimeout",
     "NonRetryableError",
     "ProRequired",
+    "StepLeaseLost",
+    "StepOrderChanged",
     "UnknownJobType",
     "WrongDatabase",
 ]
@@ -131,3 +136,46 @@ class NonRetryableError(JobQueueError):
     """
 
     code = "non_retryable"
+
+
+class InvalidStep(InvalidRequest):
+    """A resumable step (docs/workflows.md "Resumable steps") was misused: a bad name, a
+    cursor or result that is not JSON, ``step.save()`` outside its step's own
+    transaction, a step begun inside the caller's ``transaction.atomic()`` on the jobs'
+    database, or ``ctx.step()`` used as a ``with`` block."""
+
+    code = "invalid_step"
+
+
+class StepOrderChanged(JobQueueError):
+    """A handler's steps do not match the steps its job's row recorded.
+
+    The rule (docs/workflows.md "Resumable steps", "Order"): the k-th step an attempt
+    begins must be the k-th recorded step, a step past the recorded ones must have a
+    name not recorded, and an attempt that returns must have reached every recorded
+    step. A step renamed, reordered or removed between deploys breaks it; the attempt
+    fails (an ordinary, retryable failure), and no step is skipped silently.
+
+    ``step`` is the name the handler asked for ("" when the attempt returned without
+    reaching ``expected``), ``expected`` the recorded name it should have been (""
+    when none), ``recorded`` the recorded names in order.
+    """
+
+    code = "step_order_changed"
+
+    def __init__(self, message: str, *, step: str, expected: str, recorded: Sequence[str]) -> None:
+        super().__init__(message)
+        self.step = step
+        self.expected = expected
+        self.recorded = list(recorded)
+
+
+class StepLeaseLost(JobQueueError):
+    """A step's checkpoint found the job no longer leased to this worker.
+
+    The job was reaped, timed out or handed back meanwhile, so another attempt owns
+    it: the step's writes were rolled back with the refused checkpoint, and the
+    handler should stop (its outcome will not be stored either).
+    """
+
+    code = "step_lease_lost"

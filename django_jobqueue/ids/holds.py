@@ -230,6 +230,7 @@ def restart_failed(row: Any, value: Any, run_at: Any) -> bool:
                 rerun=False,
                 rerun_payload=None,
                 rerun_at=None,
+                steps=None,  # a new value: its handler starts its steps afresh
             )
         )
     )

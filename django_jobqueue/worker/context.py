@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .. import storage
 from ..enqueue import EnqueueResult, enqueue_job
 from ..store.progress import ProgressSlot, progress_value
+from .steps import Step, StepLog
 
 if TYPE_CHECKING:
     from ..models import Job
@@ -57,6 +58,8 @@ class JobContext:
         self.storing = False
         #: The latest progress report not stored yet (docs/console.md "Progress").
         self.progress_slot = ProgressSlot()
+        #: This attempt's place in the job's recorded steps (:meth:`step`).
+        self.step_log = StepLog(job.steps)
 
     def __repr__(self) -> str:
         return f"<JobContext {self.job_type} jid={self.jid} attempt={self.attempt}>"
@@ -107,6 +110,34 @@ class JobContext:
             If the numbers are not non-negative ints or ``done`` exceeds ``total``.
         """
         self.progress_slot.put(progress_value(done, total, message))
+
+    def step(self, name: str) -> Step:
+        """Return the resumable step ``name``: decorate the function that does it.
+
+        ::
+
+            @ctx.step("charge")
+            def charge(step):
+                return {"charge_id": gateway.charge(order.pk)}
+
+        The function runs at once, in one transaction with its checkpoint on the
+        jobs' database, and ``charge`` is bound to its return value; on a later
+        attempt a done step is not run again, and ``charge`` is bound to the value
+        its run stored. ``step.cursor`` and ``step.save(cursor)`` resume a step in
+        the middle. The rules, the order check included, are in
+        docs/workflows.md "Resumable steps" and :mod:`django_jobqueue.worker.steps`.
+
+        Parameters
+        ----------
+        name
+            The step's name, unique within the handler, 1 to 200 characters.
+
+        Raises
+        ------
+        InvalidStep
+            If ``name`` is not such a string.
+        """
+        return Step(self, name)
 
     def heartbeat(self) -> bool:
         """Extend the job's lease now; return False if the lease was lost.

@@ -39,3 +39,13 @@ def test_write_after_idle_inside_atomic__stays_an_error(idle_timeout: None) -> N
     assert row.status == JobStatus.MAX_RETRY  # max_retry=0: the first failure is final
     assert row.errors[-1]["exception_class"].endswith(("OperationalError", "InterfaceError"))
     assert not RunRecord.objects.filter(jid=jid).exists()
+
+
+def test_step_after_idle__begins_on_a_live_connection(idle_timeout: None) -> None:
+    # A step's BEGIN is outside the handler's per-statement idle check: the step
+    # checks its connection before it (docs/workflows.md "Resumable steps").
+    jid = enqueue_job(None, "steps.after_idle", {"s": IDLE_S * 3})["jid"]
+    assert drain(concurrency=1, lease_ms=30_000) == {"done": 1}
+    row = Job.objects.get(jid=jid)
+    assert (row.status, row.result) == (JobStatus.DONE, "written")
+    assert RunRecord.objects.filter(jid=jid, label="after_idle").count() == 1
