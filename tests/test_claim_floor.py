@@ -29,7 +29,8 @@ FILTERS = ("default", (), (), frozenset())
 def slow_claims(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every claim from the start counts as slow; no claim from the start is due."""
     monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 3600.0)
+    # Longer than any uptime: the test never depends on how long ago the machine booted.
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
 
 
 def _claim_sql(queries: CaptureQueriesContext) -> list[str]:
@@ -63,7 +64,8 @@ def test_floors__on_after_a_slow_claim_from_the_start_off_after_a_fast_one(
     monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)
     assert floors.start(FILTERS) is None  # a claim from the start is due
     floors.settle(FILTERS, started=None, first=None, took_ms=0.1)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 3600.0)
+    # Longer than any uptime: the test never depends on how long ago the machine booted.
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
     assert floors.start(FILTERS) is None  # that one was fast: off
 
 

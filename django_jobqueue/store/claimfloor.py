@@ -56,6 +56,8 @@ class _Floor:
     key: Key | None = None
     on: bool = False
     last_full: float = 0.0
+    #: The next claim scans from the start, however recent the last such claim.
+    full_due: bool = False
 
 
 class ClaimFloors:
@@ -69,7 +71,7 @@ class ClaimFloors:
         """Return the key the next claim with ``filters`` may start at; None: the start."""
         with self._lock:
             floor = self._floors.get(filters)
-            if floor is None or not floor.on or floor.key is None:
+            if floor is None or not floor.on or floor.key is None or floor.full_due:
                 return None
             if time.monotonic() - floor.last_full >= FULL_CLAIM_EVERY_S:
                 return None
@@ -94,6 +96,7 @@ class ClaimFloors:
                 self._floors.move_to_end(filters)
             if started is None:
                 floor.last_full = time.monotonic()
+                floor.full_due = False
                 floor.on = took_ms >= SLOW_CLAIM_MS
             if first is not None:
                 floor.key = first
@@ -103,7 +106,7 @@ class ClaimFloors:
         with self._lock:
             floor = self._floors.get(filters)
             if floor is not None:
-                floor.last_full = 0.0
+                floor.full_due = True
 
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
