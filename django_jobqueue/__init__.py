@@ -45,7 +45,9 @@ producer verbs (``:``)        ``handle``: ``@job`` and ``JobHandle``'s verbs;
 create and transition (``:``) ``enqueue``: validate and build a job, then the manager
                               creates it; ``bulk``: many jobs under sorted locks at once;
                               ``storage``: claim, heartbeat, complete, fail, reap;
-                              ``storage_sql``: the raw batched claim and ``done``
+                              ``storage_sql``: the raw batched claim and ``done``;
+                              ``flows/``: batches, workflows, dependencies, and what
+                              a job's end does to them (docs/workflows.md)
 store (``:``)                 ``models``: Job and ScheduleJob, where Django looks for
                               them; ``store/``: ``managers`` (creation under advisory
                               locks, the guarded plan advance), ``rawinsert`` and
@@ -104,10 +106,14 @@ from .core.exceptions import (
 
 if TYPE_CHECKING:
     from .enqueue import EnqueueResult, aenqueue_job, aenqueue_many, enqueue_job, enqueue_many
+    from .flows.batches import BatchHandle, batch, get_batch
+    from .flows.canvas import Signature, chain, chord, group, signature
+    from .flows.graph import Workflow, WorkflowResult
     from .handle import JobHandle, job
     from .store.registry import JobDescription
 
 __all__ = [
+    "BatchHandle",
     "DuplicateJob",
     "EnqueueResult",
     "InvalidJobId",
@@ -120,13 +126,22 @@ __all__ = [
     "LockTimeout",
     "NonRetryableError",
     "ProRequired",
+    "Signature",
     "UnknownJobType",
+    "Workflow",
+    "WorkflowResult",
     "WrongDatabase",
     "aenqueue_job",
     "aenqueue_many",
+    "batch",
+    "chain",
+    "chord",
     "enqueue_job",
     "enqueue_many",
+    "get_batch",
+    "group",
     "job",
+    "signature",
 ]
 
 #: The lazily imported public names and the submodule each comes from.
@@ -139,6 +154,16 @@ _LAZY = {
     "JobHandle": "handle",
     "job": "handle",
     "JobDescription": "store.registry",
+    "BatchHandle": "flows.batches",
+    "batch": "flows.batches",
+    "get_batch": "flows.batches",
+    "Signature": "flows.canvas",
+    "chain": "flows.canvas",
+    "chord": "flows.canvas",
+    "group": "flows.canvas",
+    "signature": "flows.canvas",
+    "Workflow": "flows.graph",
+    "WorkflowResult": "flows.graph",
 }
 
 
