@@ -44,3 +44,15 @@ def fan_out(payload: Any, ctx: Any) -> int:
     for _ in range(int(payload["n"])):
         ctx.batch.enqueue("flows.noop", None)
     return int(payload["n"])
+
+
+@job("flows.flaky", max_retry=0)
+def flaky(payload: Any, ctx: Any) -> str:
+    """Fail for good on this job's first run, succeed on any later one (a retry)."""
+    from tests.testapp.models import RunRecord
+
+    label = str((payload or {}).get("label", "flaky"))
+    record(ctx, label)
+    if RunRecord.objects.filter(jid=ctx.jid).count() == 1:
+        raise NonRetryableError(f"{label} fails once")
+    return label
