@@ -56,3 +56,13 @@ def flaky(payload: Any, ctx: Any) -> str:
     if RunRecord.objects.filter(jid=ctx.jid).count() == 1:
         raise NonRetryableError(f"{label} fails once")
     return label
+
+
+@job("flows.tick", max_retry=5)
+def tick(payload: Any, ctx: Any) -> None:
+    """Record the run and take a few ms: a small job of the SIGKILL drain (retried
+    when its worker is killed under it)."""
+    import time
+
+    record(ctx, "tick")
+    time.sleep(0.002)
