@@ -254,10 +254,10 @@ def settle_tallies(
     made: list[str] = []
     lock = connections[using].features.has_select_for_update
     for pk in sorted(set(workflows)):
-        rows = Workflow.objects.using(using).filter(pk=pk, finished_at__isnull=True)
-        row = (rows.select_for_update() if lock else rows).first()
+        flows = Workflow.objects.using(using).filter(pk=pk, finished_at__isnull=True)
+        row = (flows.select_for_update() if lock else flows).first()
         if row is not None and row.pending == 0 and row.total > 0:
-            rows.update(finished_at=Now())
+            flows.update(finished_at=Now())
     for pk in sorted(set(batches)):
         rows = Batch.objects.using(using).filter(pk=pk)
         batch = (rows.select_for_update() if lock else rows).first()

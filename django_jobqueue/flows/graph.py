@@ -255,7 +255,7 @@ class Workflow:
             waits = [
                 (
                     pks[jids[step.name]],
-                    {pks[jids[name]]: JobStatus.INIT for name in step.after},
+                    {pks[jids[name]]: str(JobStatus.INIT) for name in step.after},
                     step.on_upstream_failure,
                 )
                 for step in steps

@@ -127,6 +127,7 @@ def _stale_blocked(using: str) -> int:
 
 def _unfinished(using: str) -> int:
     made = 0
+    model: Any
     for model in (Batch, Workflow):
         open_rows = model.objects.using(using).filter(finished_at__isnull=True)
         if model is Batch:
