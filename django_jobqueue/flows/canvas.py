@@ -12,6 +12,7 @@ results as ``ctx.upstream[step]``, where a step is named ``<index>.<job type>``
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,10 @@ class Signature:
     payload: Any = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
+    def __or__(self, other: Any) -> Chain:
+        """``a.s() | b.s()``: Celery's spelling of ``chain(a.s(), b.s())``."""
+        return Chain(self, other)
+
     def enqueue(self) -> Any:
         """Enqueue it alone, now; see ``enqueue_job``. Returns an ``EnqueueResult``."""
         from ..enqueue import enqueue_job
@@ -48,7 +53,9 @@ def signature(handle_or_type: Any, payload: Any = None, **options: Any) -> Signa
     return Signature(getattr(handle_or_type, "name", handle_or_type), payload, dict(options))
 
 
-class _Canvas:
+class _Canvas(ABC):
+    """A chain, group or chord: steps to add to a workflow."""
+
     name = "canvas"
 
     def workflow(self, name: str | None = None) -> Workflow:
@@ -61,10 +68,17 @@ class _Canvas:
         """Enqueue it as one workflow named ``name`` (default: the canvas' kind)."""
         return self.workflow(name).enqueue()
 
+    def __or__(self, other: Any) -> Chain:
+        """``canvas | b.s()``: Celery's spelling of ``chain(canvas, b.s())``."""
+        return Chain(self, other)
+
+    @abstractmethod
     def add_to(
         self, flow: Workflow, *, after: tuple[str, ...], counter: list[int]
     ) -> tuple[str, ...]:
-        raise NotImplementedError  # each canvas kind below
+        """Add this canvas' steps to ``flow``, the first ones after the steps ``after``;
+        return the names of its last steps (what comes next waits for them).
+        ``counter`` numbers the steps that have no ``step`` name of their own."""
 
 
 def _add_signature(

@@ -185,3 +185,12 @@ def test_the_graph_is_checked_at_build_time() -> None:
     with pytest.raises(InvalidOption, match="cycle"):
         w.enqueue()
     assert not Job.objects.exists()
+
+
+def test_the_pipe_spells_a_chain_as_celery_does() -> None:
+    flow = (
+        jq.signature("flows.step", step("a"), step="a")
+        | jq.signature("flows.step", step("b"), step="b")
+        | jq.signature("flows.step", step("c"), step="c")
+    ).workflow("piped")
+    assert [(s.name, s.after) for s in flow.order()] == [("a", ()), ("b", ("a",)), ("c", ("b",))]
