@@ -24,7 +24,7 @@ from ..models import Batch
 from ..store.managers import check_transaction
 from ..store.registry import get_job_description
 from . import current
-from .links import CHUNK, attach
+from .links import attach
 
 __all__ = ["BatchHandle", "batch", "callback_spec", "get_batch"]
 
@@ -164,8 +164,7 @@ def seal(using: str, batch_id: int, jids: list[str]) -> None:
     """
     from .endings import settle_tallies  # endings imports the enqueue path
 
-    for start in range(0, len(jids), CHUNK * 20):
-        attach(using, jids[start : start + CHUNK * 20], batch_id=batch_id)
+    attach(using, jids, batch_id=batch_id)
     Batch.objects.using(using).filter(pk=batch_id).update(sealed=True)
     settle_tallies(using, batches=[batch_id])
 

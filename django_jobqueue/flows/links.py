@@ -139,8 +139,8 @@ def create_linked(
     using = specs[0].using
     block = current.open_block()
     with transaction.atomic(using=using):
-        if link.batch_id is not None and not _batch_open(using, link.batch_id):
-            raise InvalidRequest(f"No batch has id {link.batch_id}.")
+        if link.batch_id is not None:
+            _check_open(using, link.batch_id)
         upstream = _lock_upstream(using, link.after) if link.after else {}
         results = create_many(specs) if many else [Job.objects.create_job(specs[0])]
         new = [result.jid for result in results if not result.deduplicated]
@@ -161,8 +161,26 @@ def create_linked(
     return results
 
 
-def _batch_open(using: str, batch_id: int) -> bool:
-    return Batch.objects.using(using).filter(pk=batch_id).exists()
+def _check_open(using: str, batch_id: int) -> None:
+    """Lock batch ``batch_id``'s row until this transaction ends, if it has not finished.
+
+    A job of the batch adds jobs while it runs, so the batch cannot have finished
+    under it; from anywhere else, a finished batch (its callbacks made) takes no
+    more jobs.
+
+    Raises
+    ------
+    InvalidRequest
+        If there is no such batch, or it has finished.
+    """
+    rows = Batch.objects.using(using).filter(pk=batch_id)
+    if connections[using].features.has_select_for_update:
+        rows = rows.select_for_update()
+    found = list(rows.values_list("finished_at", flat=True)[:1])
+    if not found:
+        raise InvalidRequest(f"No batch has id {batch_id}.")
+    if found[0] is not None:
+        raise InvalidRequest(f"Batch {batch_id} has finished: it takes no more jobs.")
 
 
 def _lock_upstream(using: str, jids: Sequence[str]) -> dict[int, str]:

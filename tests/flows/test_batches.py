@@ -140,3 +140,13 @@ def test_an_operator_cancel_of_a_batch_job_counts_it_and_finishes_the_batch() ->
     row = jq.get_batch(b.id)
     assert row.counts()["cancelled"] == 1 and row.finished_at is not None
     assert row.finish_jid and not row.success_jid
+
+
+def test_a_finished_batch_takes_no_more_jobs() -> None:
+    with jq.batch(on_finish="flows.callback") as b:
+        jq.enqueue_job(None, "flows.noop")
+    drain()
+    count = Job.objects.count()
+    with pytest.raises(InvalidRequest, match="has finished"):
+        jq.enqueue_job(None, "flows.noop", batch=b.id)
+    assert Job.objects.count() == count

@@ -194,3 +194,23 @@ def test_the_pipe_spells_a_chain_as_celery_does() -> None:
         | jq.signature("flows.step", step("c"), step="c")
     ).workflow("piped")
     assert [(s.name, s.after) for s in flow.order()] == [("a", ()), ("b", ("a",)), ("c", ("b",))]
+
+
+def test_no_dependent_starts_before_its_last_upstream_is_done_under_eight_threads() -> None:
+    w = jq.Workflow("many fan-ins")
+    for group_no in range(12):
+        parts = [f"g{group_no}.p{i}" for i in range(5)]
+        for name in parts:
+            w.add(name, "flows.step", step(name))
+        w.add(f"g{group_no}.merge", "flows.step", step("merge"), after=parts)
+    result = w.enqueue()
+    drain(concurrency=8)
+    jobs = by_step(result.id)
+    assert all(job.status == JobStatus.DONE for job in jobs.values())
+    for group_no in range(12):
+        merge = jobs[f"g{group_no}.merge"]
+        parts = [jobs[f"g{group_no}.p{i}"] for i in range(5)]
+        assert merge.started_at >= max(part.finished_at for part in parts)
+        assert merge.result["upstream"] == {
+            part.step: {"label": part.step, "upstream": {}} for part in parts
+        }
