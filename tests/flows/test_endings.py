@@ -59,7 +59,7 @@ def test_a_plain_jobs_done_costs_one_statement_as_before() -> None:
         assert storage.complete(job, None)
     writes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
     assert len(writes) == 1, writes
-    assert '"awaited"' in writes[0]
+    assert "awaited" in writes[0]
     assert not any(
         "batch" in q["sql"] or "dependency" in q["sql"] for q in queries.captured_queries
     )
