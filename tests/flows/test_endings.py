@@ -63,3 +63,16 @@ def test_a_plain_jobs_done_costs_one_statement_as_before() -> None:
     assert not any(
         "batch" in q["sql"] or "dependency" in q["sql"] for q in queries.captured_queries
     )
+
+
+def test_the_batch_and_workflow_indexes_exist_and_are_partial_where_they_can_be() -> None:
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, Job._meta.db_table)
+    for name in ("jq_job_batch_idx", "jq_job_workflow_idx"):
+        assert name in found and found[name]["index"]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = %s", ["jq_job_batch_idx"]
+            )
+            assert cursor.fetchone()[0].endswith("WHERE (batch_id IS NOT NULL)")
