@@ -106,7 +106,7 @@ from .core.exceptions import (
 
 if TYPE_CHECKING:
     from .enqueue import EnqueueResult, aenqueue_job, aenqueue_many, enqueue_job, enqueue_many
-    from .flows.batches import BatchHandle, batch, get_batch
+    from .flows.batches import BatchHandle, aget_batch, batch, get_batch
     from .flows.canvas import Signature, chain, chord, group, signature
     from .flows.graph import Workflow, WorkflowResult
     from .handle import JobHandle, job
@@ -133,6 +133,7 @@ __all__ = [
     "WrongDatabase",
     "aenqueue_job",
     "aenqueue_many",
+    "aget_batch",
     "batch",
     "chain",
     "chord",
@@ -157,6 +158,7 @@ _LAZY = {
     "BatchHandle": "flows.batches",
     "batch": "flows.batches",
     "get_batch": "flows.batches",
+    "aget_batch": "flows.batches",
     "Signature": "flows.canvas",
     "chain": "flows.canvas",
     "chord": "flows.canvas",

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from ..core.exceptions import InvalidOption, InvalidRequest
@@ -26,7 +27,7 @@ from ..store.registry import get_job_description
 from . import current
 from .links import attach
 
-__all__ = ["BatchHandle", "batch", "callback_spec", "get_batch", "open_batch"]
+__all__ = ["BatchHandle", "aget_batch", "batch", "callback_spec", "get_batch", "open_batch"]
 
 
 def callback_spec(callback: Any, what: str) -> dict[str, Any] | None:
@@ -218,3 +219,8 @@ def get_batch(batch_id: int) -> Batch | None:
     if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 1:
         raise InvalidRequest(f"A batch id is an int >= 1: got {batch_id!r}.")
     return Batch.objects.using(jobs_database()).filter(pk=batch_id).first()
+
+
+async def aget_batch(batch_id: int) -> Batch | None:
+    """Async twin of :func:`get_batch`."""
+    return await sync_to_async(get_batch)(batch_id)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from ..core.exceptions import InvalidOption, InvalidRequest
@@ -196,6 +197,10 @@ class Workflow:
         for name in self.steps:
             visit(name, (name,))
         return [self.steps[name] for name in done]
+
+    async def aenqueue(self) -> WorkflowResult:
+        """Async twin of :meth:`enqueue`."""
+        return await sync_to_async(self.enqueue)()
 
     def enqueue(self) -> WorkflowResult:
         """Write the workflow, its jobs and its edges, all or nothing.

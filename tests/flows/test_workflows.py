@@ -214,3 +214,22 @@ def test_no_dependent_starts_before_its_last_upstream_is_done_under_eight_thread
         assert merge.result["upstream"] == {
             part.step: {"label": part.step, "upstream": {}} for part in parts
         }
+
+
+def test_the_async_twins_enqueue_and_read() -> None:
+    import asyncio
+
+    async def run() -> tuple[object, object]:
+        flow = jq.Workflow("async").add("a", "flows.step", step("a"))
+        result = await flow.aenqueue()
+        piped = await (
+            jq.signature("flows.step", step("x")) | jq.signature("flows.step", step("y"))
+        ).aenqueue()
+        return result, piped
+
+    result, piped = asyncio.run(run())
+    assert Job.objects.get(jid=result["a"]).workflow_id == result.id
+    assert Job.objects.filter(workflow_id=piped.id, status=JobStatus.BLOCKED).count() == 1
+    with jq.batch() as b:
+        jq.enqueue_job(None, "flows.noop")
+    assert asyncio.run(jq.aget_batch(b.id)).total == 1
