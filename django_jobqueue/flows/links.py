@@ -45,6 +45,7 @@ __all__ = [
     "check_policy",
     "create_linked",
     "pop_link",
+    "pop_wait",
     "wait_many",
 ]
 
@@ -116,32 +117,55 @@ def pop_link(options: dict[str, Any]) -> Link | None:
     return Link(batch_id=batch, after=after, policy=policy)
 
 
+def pop_wait(options: dict[str, Any]) -> tuple[tuple[str, ...], str] | None:
+    """Take ``after`` and ``on_upstream_failure`` out of one job's ``options`` (of
+    ``enqueue_many``); return (upstream jids, policy), or None if it waits for none.
+
+    Raises
+    ------
+    InvalidOption
+        If one of them is malformed.
+    """
+    after = _jids(options.pop("after", None) or ())
+    policy = check_policy(options.pop("on_upstream_failure", POLICY_CANCEL))
+    return (after, policy) if after else None
+
+
 def create_linked(
-    specs: Sequence[JobSpec], link: Link | None, *, many: bool
+    specs: Sequence[JobSpec],
+    link: Link | None,
+    *,
+    many: bool,
+    waits: Sequence[tuple[tuple[str, ...], str] | None] | None = None,
 ) -> list[EnqueueResult]:
     """Create the jobs of ``specs`` joined by ``link`` and the open ``with batch()`` block.
 
     ``many``: created as :func:`~django_jobqueue.bulk.create_many` does (answers
     ``deduplicated`` rather than raising); else ``specs`` is one job, created as
-    :func:`~django_jobqueue.enqueue.create_job` does. A deduplicated job (its id or
-    unique key held by another job) joins nothing: the holder is not this call's.
+    :func:`~django_jobqueue.enqueue.create_job` does. ``waits``: per spec, the jids
+    it waits for and the edges' policy (None: ``link.after`` and ``link.policy``
+    for every spec). A deduplicated job (its id or unique key held by another job)
+    joins nothing and waits for nothing: the holder is not this call's.
 
     Raises
     ------
     InvalidRequest
-        If ``link.batch_id`` names no batch, or ``link.after`` a jid no job has.
+        If ``link.batch_id`` names no batch, or an ``after`` a jid no job has.
     DuplicateJob, LockTimeout, WrongDatabase
         As the creation paths raise them. Nothing is written on any error.
     """
     from ..bulk import create_many  # the same layer; deferred as enqueue defers it
 
     link = link or Link()
+    if waits is None:
+        waits = [(link.after, link.policy) if link.after else None] * len(specs)
     using = specs[0].using
     block = current.open_block()
     with transaction.atomic(using=using):
         if link.batch_id is not None:
             _check_open(using, link.batch_id)
-        upstream = _lock_upstream(using, link.after) if link.after else {}
+        wanted = [jid for wait in waits if wait is not None for jid in wait[0]]
+        upstream = _lock_upstream(using, list(dict.fromkeys(wanted))) if wanted else {}
         results = create_many(specs) if many else [Job.objects.create_job(specs[0])]
         new = [result.jid for result in results if not result.deduplicated]
         if new:
@@ -155,9 +179,24 @@ def create_linked(
                 workflow_id=link.workflow_id,
                 steps=dict.fromkeys(new, link.step) if link.step else None,
             )
-            if upstream:
-                pks = dict(Job.objects.using(using).filter(jid__in=new).values_list("jid", "pk"))
-                wait_many(using, [(pks[jid], upstream, link.policy) for jid in new])
+        waiting = [
+            (result.jid, wait)
+            for result, wait in zip(results, waits, strict=True)
+            if wait is not None and not result.deduplicated
+        ]
+        if waiting:
+            pks: dict[str, int] = {}
+            jids = [jid for jid, _wait in waiting]
+            for start in range(0, len(jids), CHUNK):
+                chunk = jids[start : start + CHUNK]
+                pks.update(Job.objects.using(using).filter(jid__in=chunk).values_list("jid", "pk"))
+            wait_many(
+                using,
+                [
+                    (pks[jid], {upstream[u][0]: upstream[u][1] for u in after}, policy)
+                    for jid, (after, policy) in waiting
+                ],
+            )
     return results
 
 
@@ -183,8 +222,8 @@ def _check_open(using: str, batch_id: int) -> None:
         raise InvalidRequest(f"Batch {batch_id} has finished: it takes no more jobs.")
 
 
-def _lock_upstream(using: str, jids: Sequence[str]) -> dict[int, str]:
-    """Lock the rows of ``jids`` in pk order; return {pk: status}.
+def _lock_upstream(using: str, jids: Sequence[str]) -> dict[str, tuple[int, str]]:
+    """Lock the rows of ``jids`` in pk order; return {jid: (pk, status)}.
 
     Raises
     ------
@@ -198,7 +237,7 @@ def _lock_upstream(using: str, jids: Sequence[str]) -> dict[int, str]:
     missing = [jid for jid in jids if jid not in found]
     if missing:
         raise InvalidRequest(f"after names jobs that do not exist: {missing[:5]}.")
-    return dict(found.values())
+    return found
 
 
 def wait_many(using: str, waits: Sequence[tuple[int, dict[int, str], str]]) -> None:

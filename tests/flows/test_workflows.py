@@ -233,3 +233,27 @@ def test_the_async_twins_enqueue_and_read() -> None:
     with jq.batch() as b:
         jq.enqueue_job(None, "flows.noop")
     assert asyncio.run(jq.aget_batch(b.id)).total == 1
+
+
+def test_enqueue_many_takes_each_jobs_own_after() -> None:
+    first = jq.enqueue_job(None, "flows.step", step("first"))
+    second = jq.enqueue_job(None, "flows.step", step("second"))
+    results = jq.enqueue_many(
+        [
+            {"job_type": "flows.step", "payload": step("after-first"), "after": [first]},
+            {"job_type": "flows.step", "payload": step("after-both"), "after": [first, second]},
+            {"job_type": "flows.step", "payload": step("free")},
+        ]
+    )
+    statuses = [Job.objects.get(jid=r.jid).status for r in results]
+    assert statuses == [JobStatus.BLOCKED, JobStatus.BLOCKED, JobStatus.INIT]
+    assert Dependency.objects.count() == 3
+    count = Job.objects.count()
+    with pytest.raises(InvalidRequest):
+        jq.enqueue_many([{"job_type": "flows.step", "after": ["f" * 32]}])
+    with pytest.raises(InvalidOption, match=r"jobs\[0\]"):
+        jq.enqueue_many([{"job_type": "flows.step", "after": "not-a-list"}])
+    assert Job.objects.count() == count
+    drain(concurrency=4)
+    jobs = {Job.objects.get(jid=r.jid).result["label"]: Job.objects.get(jid=r.jid) for r in results}
+    assert sorted(jobs["after-both"].result["upstream"]) == sorted([first.jid, second.jid])
