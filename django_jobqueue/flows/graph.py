@@ -101,7 +101,8 @@ class Workflow:
 
     name: str
     on_upstream_failure: str = "cancel"
-    steps: dict[str, Step] = field(default_factory=dict)
+    #: The steps added so far, by name, in the order they were added.
+    steps: dict[str, Step] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         check_name(self.name, "A workflow's name")
