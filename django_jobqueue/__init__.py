@@ -109,6 +109,7 @@ if TYPE_CHECKING:
     from .flows.batches import BatchHandle, aget_batch, batch, get_batch
     from .flows.canvas import Signature, chain, chord, group, signature
     from .flows.graph import Workflow, WorkflowResult
+    from .flows.links import wait_for
     from .handle import JobHandle, job
     from .store.registry import JobDescription
 
@@ -143,6 +144,7 @@ __all__ = [
     "group",
     "job",
     "signature",
+    "wait_for",
 ]
 
 #: The lazily imported public names and the submodule each comes from.
@@ -166,6 +168,7 @@ _LAZY = {
     "signature": "flows.canvas",
     "Workflow": "flows.graph",
     "WorkflowResult": "flows.graph",
+    "wait_for": "flows.links",
 }
 
 

@@ -371,11 +371,13 @@ def make_callback(using: str, batch: Batch, kind: str) -> str:
     queue = options.pop("queue", None) or batch.queue or None
     options.pop("step", None)
     payload = {"batch": batch.pk, "counts": batch.counts(), "payload": spec.get("payload")}
-    token = current.set_block(None)  # a callback joins no batch block open here
+    # A callback joins no batch block and waits for no wait_for() block open here.
+    token, after = current.set_block(None), current.set_after(None)
     try:
         with enqueued_by(f"batch:{batch.pk}:{kind}"):
             result = enqueue_job(queue, spec["job_type"], payload, **options)
     finally:
+        current.reset_after(after)
         current.reset_block(token)
     logger.info("batch %s %s callback made jid=%s", batch.pk, kind, result.jid)
     return result.jid

@@ -18,7 +18,8 @@ or waits for this transaction and then sees the edge (docs/workflows.md
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ __all__ = [
     "create_linked",
     "pop_link",
     "pop_wait",
+    "wait_for",
     "wait_many",
 ]
 
@@ -87,10 +89,40 @@ def _jids(after: Any) -> tuple[str, ...]:
     for jid in after:
         if hasattr(jid, "jid"):  # an EnqueueResult
             jid = jid.jid
+        elif isinstance(getattr(jid, "id", None), str):  # a django.tasks TaskResult
+            jid = jid.id
         if not isinstance(jid, str) or not jid or len(jid) > 32:
             raise InvalidOption(f"after must list jids (1 to 32 characters): got {jid!r}.")
         jids.append(jid)
     return tuple(dict.fromkeys(jids))
+
+
+@contextmanager
+def wait_for(*upstream: Any, on_upstream_failure: str = POLICY_CANCEL) -> Iterator[None]:
+    """Make every job enqueued inside the block wait for the jobs ``upstream``.
+
+    For code that enqueues through an API without an ``after`` option, Django's
+    ``task.enqueue()`` above all (docs/workflows.md "django.tasks")::
+
+        with wait_for(fetch_result):          # a TaskResult, EnqueueResult or jid
+            report.enqueue(month)
+
+    ``on_upstream_failure`` is the edges' policy (``cancel``, ``skip``, ``ignore``).
+    An ``after`` given to an enqueue inside the block wins over the block's. Whether
+    the jids name jobs is checked at each enqueue (``InvalidRequest``).
+
+    Raises
+    ------
+    InvalidOption
+        If an upstream is not a jid, an ``EnqueueResult`` or a ``TaskResult``, or the
+        policy is not one of the three.
+    """
+    after = (_jids(upstream), check_policy(on_upstream_failure))
+    token = current.set_after(after)
+    try:
+        yield
+    finally:
+        current.reset_after(token)
 
 
 def pop_link(options: dict[str, Any]) -> Link | None:
@@ -106,7 +138,11 @@ def pop_link(options: dict[str, Any]) -> Link | None:
         If one of them is malformed.
     """
     if options.keys().isdisjoint(FLOW_OPTIONS):
-        return None
+        scoped = current.open_after()  # a wait_for() block
+        return None if scoped is None else Link(after=scoped[0], policy=scoped[1])
+    if "after" not in options and (scoped := current.open_after()) is not None:
+        options.setdefault("on_upstream_failure", scoped[1])
+        options["after"] = scoped[0]
     after = _jids(options.pop("after", None) or ())
     batch = options.pop("batch", None)
     if batch is not None:
@@ -126,6 +162,9 @@ def pop_wait(options: dict[str, Any]) -> tuple[tuple[str, ...], str] | None:
     InvalidOption
         If one of them is malformed.
     """
+    if "after" not in options and (scoped := current.open_after()) is not None:
+        options.setdefault("on_upstream_failure", scoped[1])
+        options["after"] = scoped[0]
     after = _jids(options.pop("after", None) or ())
     policy = check_policy(options.pop("on_upstream_failure", POLICY_CANCEL))
     return (after, policy) if after else None
