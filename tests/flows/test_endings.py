@@ -76,3 +76,39 @@ def test_the_batch_and_workflow_indexes_exist_and_are_partial_where_they_can_be(
                 "SELECT indexdef FROM pg_indexes WHERE indexname = %s", ["jq_job_batch_idx"]
             )
             assert cursor.fetchone()[0].endswith("WHERE (batch_id IS NOT NULL)")
+
+
+@pytest.mark.vendor("postgresql", "mysql")
+def test_a_dependent_enqueued_while_its_upstream_ends_is_never_left_blocked() -> None:
+    import threading
+
+    from django.db import connections
+
+    for _round in range(25):
+        upstream = jq.enqueue_job("race", "flows.noop")
+        (job,) = storage.claim("default", owner="w", queues=["race"])
+        start = threading.Barrier(2)
+        made: list[str] = []
+
+        def end(job: Job = job) -> None:
+            try:
+                start.wait()
+                storage.complete(job, None)
+            finally:
+                connections.close_all()
+
+        def enqueue(upstream: str = upstream.jid) -> None:
+            try:
+                start.wait()
+                made.append(jq.enqueue_job("race", "flows.noop", after=[upstream]).jid)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=end), threading.Thread(target=enqueue)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert Job.objects.get(jid=upstream.jid).status == JobStatus.DONE
+        assert Job.objects.get(jid=made[0]).status == JobStatus.INIT
+        Job.objects.filter(queue="race").delete()
