@@ -90,14 +90,16 @@ def test_a_dependent_enqueued_while_its_upstream_ends_is_never_left_blocked() ->
         start = threading.Barrier(2)
         made: list[str] = []
 
-        def end(job: Job = job) -> None:
+        def end(job: Job = job, start: threading.Barrier = start) -> None:
             try:
                 start.wait()
                 storage.complete(job, None)
             finally:
                 connections.close_all()
 
-        def enqueue(upstream: str = upstream.jid) -> None:
+        def enqueue(
+            upstream: str = upstream.jid, start: threading.Barrier = start, made: list[str] = made
+        ) -> None:
             try:
                 start.wait()
                 made.append(jq.enqueue_job("race", "flows.noop", after=[upstream]).jid)
