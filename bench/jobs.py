@@ -17,3 +17,9 @@ def noop(payload: Any, ctx: Any) -> None:
 def stamp(payload: Any, ctx: Any) -> float:
     """Return the time the handler started (``time.time()``), for pickup latency."""
     return time.time()
+
+
+@job("bench.batch_done", max_retry=3)
+def batch_done(payload: Any, ctx: Any) -> dict[str, Any]:
+    """A batch's ``on_finish`` callback (bench/workflows.py): return the counts it got."""
+    return dict(payload["counts"])

@@ -45,7 +45,9 @@ producer verbs (``:``)        ``handle``: ``@job`` and ``JobHandle``'s verbs;
 create and transition (``:``) ``enqueue``: validate and build a job, then the manager
                               creates it; ``bulk``: many jobs under sorted locks at once;
                               ``storage``: claim, heartbeat, complete, fail, reap;
-                              ``storage_sql``: the raw batched claim and ``done``
+                              ``storage_sql``: the raw batched claim and ``done``;
+                              ``flows/``: batches, workflows, dependencies, and what
+                              a job's end does to them (docs/workflows.md)
 store (``:``)                 ``models``: Job and ScheduleJob, where Django looks for
                               them; ``store/``: ``managers`` (creation under advisory
                               locks, the guarded plan advance), ``rawinsert`` and
@@ -107,10 +109,15 @@ from .core.exceptions import (
 
 if TYPE_CHECKING:
     from .enqueue import EnqueueResult, aenqueue_job, aenqueue_many, enqueue_job, enqueue_many
+    from .flows.batches import BatchHandle, aget_batch, batch, get_batch
+    from .flows.canvas import Signature, chain, chord, group, signature
+    from .flows.graph import Workflow, WorkflowResult
+    from .flows.links import wait_for
     from .handle import JobHandle, job
     from .store.registry import JobDescription
 
 __all__ = [
+    "BatchHandle",
     "DuplicateJob",
     "EnqueueResult",
     "InvalidJobId",
@@ -126,13 +133,24 @@ __all__ = [
     "ProRequired",
     "StepLeaseLost",
     "StepOrderChanged",
+    "Signature",
     "UnknownJobType",
+    "Workflow",
+    "WorkflowResult",
     "WrongDatabase",
     "aenqueue_job",
     "aenqueue_many",
+    "aget_batch",
+    "batch",
+    "chain",
+    "chord",
     "enqueue_job",
     "enqueue_many",
+    "get_batch",
+    "group",
     "job",
+    "signature",
+    "wait_for",
 ]
 
 #: The lazily imported public names and the submodule each comes from.
@@ -145,6 +163,18 @@ _LAZY = {
     "JobHandle": "handle",
     "job": "handle",
     "JobDescription": "store.registry",
+    "BatchHandle": "flows.batches",
+    "batch": "flows.batches",
+    "get_batch": "flows.batches",
+    "aget_batch": "flows.batches",
+    "Signature": "flows.canvas",
+    "chain": "flows.canvas",
+    "chord": "flows.canvas",
+    "group": "flows.canvas",
+    "signature": "flows.canvas",
+    "Workflow": "flows.graph",
+    "WorkflowResult": "flows.graph",
+    "wait_for": "flows.links",
 }
 
 

@@ -31,6 +31,8 @@ from .core.validation import (
     check_text,
     json_text,
 )
+from .flows.current import open_block
+from .flows.links import FLOW_OPTIONS, create_linked, pop_link, pop_wait
 from .models import Job
 from .store.jobstats import count_deduplicated
 from .store.managers import EnqueueResult, JobSpec
@@ -198,7 +200,14 @@ def enqueue_job(
     Implements: docs/design.md#unique-keys, docs/design.md#execution.
     """
     _check_options(options, _OPTIONS)
-    return create_job(build_job(queue, job_type, payload, **options))
+    link = pop_link(options)  # docs/workflows.md: after, batch, on_upstream_failure
+    spec = build_job(queue, job_type, payload, **options)
+    if link is None and open_block() is None:
+        return create_job(spec)
+    result = create_linked([spec], link, many=False)[0]
+    if result.deduplicated:
+        count_deduplicated([spec], [result])
+    return result
 
 
 #: The options of :func:`enqueue_job`.
@@ -210,6 +219,8 @@ _OPTIONS = frozenset(
 )  # fmt: skip
 #: The options of a job of :func:`enqueue_many`: those, and an id.
 _MANY_OPTIONS = _OPTIONS | {"job_id"}
+_OPTIONS |= FLOW_OPTIONS  # docs/workflows.md
+_MANY_OPTIONS |= FLOW_OPTIONS
 
 
 def _check_options(options: dict[str, Any], allowed: frozenset[str]) -> None:
@@ -234,7 +245,9 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     jobs:
         One mapping per job: ``{"queue": ..., "job_type": ..., "payload": ...,
         **options}``, with the options of :func:`enqueue_job` and ``job_id`` (an
-        id, 1 to 1,024 bytes: docs/design.md#ids). ``queue`` may be left out or None (the job
+        id, 1 to 1,024 bytes: docs/design.md#ids). ``after`` and
+        ``on_upstream_failure`` are each job's own; a ``batch`` must be the same
+        for every job that gives one (docs/workflows.md). ``queue`` may be left out or None (the job
         type's queue); ``payload`` defaults to None.
 
     Returns
@@ -262,6 +275,8 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
 
     check_batch(jobs, "jobs")
     specs = []
+    batches: set[Any] = set()
+    waits: list[Any] = []  # per job: (upstream jids, policy) or None (docs/workflows.md)
     # Jobs of a batch mostly share their type, queue and options: those are validated
     # once per distinct set (keyed with their types, so 1 and True stay apart), and
     # each job's payload on its own. A job with an id or a key is validated whole.
@@ -274,6 +289,9 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
                     f"A job must be a mapping with 'job_type': got {type(job).__name__}."
                 )
             options = dict(job)
+            if "batch" in options:
+                batches.add(options.pop("batch"))
+            waits.append(pop_wait(options))
             queue = options.pop("queue", None)
             job_type = options.pop("job_type", None)
             payload = options.pop("payload", None)
@@ -293,7 +311,12 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
             exc.args = (f"jobs[{index}]: {exc.args[0] if exc.args else exc}", *exc.args[1:])
             exc.index = index  # type: ignore[attr-defined]
             raise
-    return create_many(specs)
+    if len(batches) > 1:
+        raise InvalidRequest("jobs: every job of one enqueue_many joins the same batch.")
+    link = pop_link({"batch": batches.pop()}) if batches else None
+    if link is None and open_block() is None and not any(waits):
+        return create_many(specs)
+    return create_linked(specs, link, many=True, waits=waits) if specs else []
 
 
 #: Options that make each job of a batch its own (no shared validation).

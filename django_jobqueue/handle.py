@@ -22,6 +22,7 @@ from .core.durations import Duration
 from .core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption
 from .core.validation import check_batch
 from .enqueue import EnqueueResult, enqueue_job, enqueue_many
+from .flows.canvas import Signature, signature
 from .ids import JobView, Page, Queue
 from .schedules import add_job_with_schedule, validate_cron, validate_timezone
 from .store.registry import UNSET, JobDescription, describe, register
@@ -106,6 +107,12 @@ class JobHandle:
     async def aschedule(self, payload: Any = None, *, at: datetime, **options: Any) -> ScheduleJob:
         """Async twin of :meth:`schedule`."""
         return await sync_to_async(self.schedule)(payload, at=at, **options)
+
+    def s(self, payload: Any = None, **options: Any) -> Signature:
+        """Return a signature of a job of this type (docs/celery.md): for ``chain``,
+        ``group``, ``chord`` and batch callbacks. ``options`` are the enqueue
+        options, ``queue``, and ``step`` (its step name in the workflow)."""
+        return signature(self, payload, **options)
 
     async def aenqueue(self, payload: Any = None, **options: Any) -> EnqueueResult:
         """Async twin of :meth:`enqueue`."""

@@ -44,6 +44,7 @@ from django.utils import timezone
 from . import storage
 from .core.conf import get_config
 from .core.dbclock import Now
+from .flows import hooks
 from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 from .schedules import set_enabled_plans
 from .store import locks
@@ -176,11 +177,12 @@ def retry_jobs(jobs: QuerySet[Job]) -> RetryCount:
     Implements: docs/design.md#ids.
     """
     using = jobs.db
+    # A dead letter of a batch or a workflow resumes it (docs/workflows.md).
     dead = locks.retry_when_locked(
         using,
-        lambda: jobs.filter(status__in=DEAD_STATUSES).update(
-            **storage.restart_fields(run_at=Now(), message="", started_at=None)
-        ),
+        hooks.restart_dead,
+        jobs,
+        storage.restart_fields(run_at=Now(), message="", started_at=None),
     )
     # The dead letters just made waiting are already due now: skip them here.
     waiting = locks.retry_when_locked(
@@ -242,17 +244,17 @@ def cancel_jobs(jobs: QuerySet[Job]) -> CancelCount:
     Implements: docs/design.md#ids.
     """
     using = jobs.db
-    cancelled = locks.retry_when_locked(
-        using,
-        lambda: jobs.filter(waiting=True).update(
-            status=JobStatus.CANCELLED,
-            waiting=False,
-            **cancel_release(),
-            finished_at=Now(),
-            message="cancelled by an operator",
-            updated_at=Now(),
-        ),
-    )
+    fields = {
+        "status": JobStatus.CANCELLED,
+        "waiting": False,
+        **cancel_release(),
+        "finished_at": Now(),
+        "message": "cancelled by an operator",
+        "updated_at": Now(),
+    }
+    # Waiting and blocked jobs; those of batches and workflows end with their counts
+    # and dependents in the same transaction (docs/workflows.md).
+    cancelled = locks.retry_when_locked(using, hooks.cancel_waiting, jobs, fields)
     requested = locks.retry_when_locked(
         using,
         lambda: jobs.filter(status=JobStatus.PROCESSING, cancel_requested=False).update(

@@ -40,11 +40,14 @@ from django.utils.translation import gettext_lazy as _
 
 from .core import dbclock
 from .store import unique
+from .store.flowmodels import Batch, Dependency, Workflow
 from .store.managers import CreateRefusingQuerySet, JobManager, ScheduleJobManager, hold_hash
 
 __all__ = [
     "API_SCOPES",
     "AuditEntry",
+    "Batch",
+    "Dependency",
     "DEAD_STATUSES",
     "FINISHED_STATUSES",
     "WAITING_STATUSES",
@@ -60,6 +63,7 @@ __all__ = [
     "StatCounters",
     "UniqueMode",
     "Worker",
+    "Workflow",
     "hold_hash",
 ]
 
@@ -81,6 +85,10 @@ class JobStatus(models.TextChoices):
     DONE = "done", _("done")
     #: A running job that was told to stop.
     CANCELLED = "cancelled", _("cancelled")
+    #: Waiting for its upstream jobs (docs/workflows.md): ``waiting`` is false, so the
+    #: claim never scans it; due (``init``) in the transaction of its last upstream's
+    #: ``done``.
+    BLOCKED = "blocked", _("blocked")
 
 
 #: Statuses a worker may claim.
@@ -193,6 +201,36 @@ class Job(models.Model):
     origin = models.CharField(
         _("enqueued by"), max_length=200, blank=True, default="", db_default=""
     )
+    #: The batch and the workflow it belongs to (docs/workflows.md), and its step name
+    #: in that workflow; NULL and "": none. A job with neither pays nothing for them.
+    batch = models.ForeignKey(
+        Batch,
+        verbose_name=_("batch"),
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,  # migration 0020's index, partial where the database allows
+        related_name="jobs",
+        editable=False,
+    )
+    workflow = models.ForeignKey(
+        Workflow,
+        verbose_name=_("workflow"),
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,  # migration 0020's index, partial where the database allows
+        related_name="jobs",
+        editable=False,
+    )
+    step = models.CharField(_("step"), max_length=200, blank=True, default="", db_default="")
+    #: Another job waits for this one's end (a ``Dependency`` names it upstream). Set,
+    #: with the upstream row locked, by the enqueue of a dependent; a job's end write
+    #: whose copy says False is guarded by ``awaited = false``, so an edge added
+    #: while it ran is never missed (:mod:`django_jobqueue.flows.endings`).
+    awaited = models.BooleanField(_("awaited"), default=False, db_default=False, editable=False)
 
     objects = JobManager.from_queryset(JobQuerySet)()
 

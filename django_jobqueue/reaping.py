@@ -15,6 +15,7 @@ from typing import Any
 from . import storage
 from .core import reconnect
 from .core.dbclock import Now
+from .flows import hooks
 from .models import Job, JobStatus
 from .store.errorlog import error_entry
 from .store.jobstats import count_outcome
@@ -115,7 +116,7 @@ def _reap_batch(using: str, limit: int) -> int:
             fields.update(
                 status=JobStatus.MAX_RETRY, finished_at=Now(), **storage.dead_hold_until(job)
             )
-        if storage.retrying(using, stale.update, **fields):
+        if storage.retrying(using, hooks.write_end, stale, job, fields):  # docs/workflows.md
             reaped += 1
             count_outcome(job, "retried" if retried else "failed", timed=False)
             logger.warning(

@@ -44,6 +44,7 @@ from .core.backoff import backoff_ms
 from .core.conf import get_config
 from .core.dbclock import Now
 from .core.validation import check_json, hold_hash
+from .flows import hooks
 from .models import Job, JobStatus, QueuePause
 from .store import locks, unique
 from .store.errorlog import describe, error_entry, escaped
@@ -424,7 +425,9 @@ def complete_many(
     stored: set[int] = set()
     if storage_sql.supported(using):
         rows = [(job, result, _id_hold_options(job)[0]) for job, result in items]
-        stored = retrying(using, storage_sql.complete_rows, using, rows)
+        # Jobs of batches and workflows end with their counts and dependents
+        # (docs/workflows.md); the others as before, by one statement.
+        stored = retrying(using, hooks.complete_rows, using, rows)
     flags = []
     for (job, result), ms in zip(items, times, strict=True):
         if job.pk in stored:
@@ -621,7 +624,11 @@ def _write_or_rerun(
     the lease was lost.
     """
     for _round in range(8):
-        if retrying(_database(job), _guarded(job).filter(rerun=False).update, **fields):
+        # hooks.write_end: the guarded UPDATE, with the end of a batch's or a
+        # workflow's job in its transaction (docs/workflows.md).
+        if retrying(
+            _database(job), hooks.write_end, _guarded(job).filter(rerun=False), job, fields
+        ):
             return True
         if retrying(
             _database(job), _guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)

@@ -354,8 +354,15 @@ def _jobs_time(using: str, value: datetime) -> datetime:
     return value if convert is None else convert(value, None, conn)
 
 
-def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]) -> set[int]:
+def complete_rows(
+    using: str, items: Sequence[tuple[Job, Any, timedelta | None]], *, plain: bool = False
+) -> set[int]:
     """Store ``done`` for each (job, result, dedupe) still owned; return the stored pks.
+
+    ``plain``: the jobs have no batch, no workflow and no dependent by the copies
+    the caller holds, and each row is written only while its ``awaited`` is still
+    false (:mod:`django_jobqueue.flows.hooks`: a dependent enqueued meanwhile
+    sends the job down the linked path).
 
     Each row is written only while it is ``processing`` under the job's own lease
     token and no rerun was asked (``storage.complete``'s first guarded update); a job
@@ -366,7 +373,7 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
     conn = connections[using]
     vendor = conn.vendor
     if vendor == "postgresql":
-        return _complete_rows_pg(using, items)
+        return _complete_rows_pg(using, items, plain=plain)
     table = _q(using, Job._meta.db_table)
     result_field = Job._meta.get_field("result")
     if vendor == "mysql":
@@ -417,6 +424,9 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
     tokens = " ".join("WHEN %s THEN %s" for _ in items)
     guard = f"status = %s AND rerun = %s AND lease_token = CASE id {tokens} END"
     guard_params: list[Any] = [JobStatus.PROCESSING, False]
+    if plain:
+        guard = f"awaited = %s AND {guard}"
+        guard_params.insert(0, False)
     for job, _r, _d in items:
         guard_params += [job.pk, job.lease_token]
     update = f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({_in(pks)}) AND {guard}"
@@ -435,7 +445,9 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
         return {row[0] for row in cursor.fetchall()}
 
 
-def _complete_rows_pg(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]) -> set[int]:
+def _complete_rows_pg(
+    using: str, items: Sequence[tuple[Job, Any, timedelta | None]], *, plain: bool = False
+) -> set[int]:
     """PostgreSQL's :func:`complete_rows`: one prepared statement whatever the batch size.
 
     The jobs' ids, lease tokens and hold intervals are bound as arrays and their
@@ -461,7 +473,7 @@ def _complete_rows_pg(using: str, items: Sequence[tuple[Job, Any, timedelta | No
         "FROM ROWS FROM (unnest(%s::bigint[]), unnest(%s::text[]), "
         "jsonb_array_elements(%s::jsonb), unnest(%s::interval[])) AS u(id, token, result, hold) "
         "WHERE j.id = u.id AND j.status = %s AND j.rerun = false AND j.lease_token = u.token "
-        "RETURNING j.id"
+        f"{'AND j.awaited = false ' if plain else ''}RETURNING j.id"
     )
     params = [
         JobStatus.DONE,

@@ -100,6 +100,10 @@ DEFAULTS: dict[str, Any] = {
     # How long the audit log of operators' actions (AuditEntry) is kept; pruned by
     # `jobqueue prune` (docs/console.md "Audit log").
     "AUDIT_KEEP": "90d",
+    # How long after a batch finished the workers' repair pass still makes a callback
+    # whose job row is missing (a restored backup, a row deleted by hand):
+    # docs/workflows.md "Repair". Keep prune's cutoff for done jobs above it.
+    "REPAIR_WINDOW": "1h",
 }
 
 #: Defaults of ``JOBQUEUE["GATEWAY"]``.
@@ -148,7 +152,7 @@ _INT_KEYS = {
     "MAX_PAYLOAD_BYTES": 1,
     "MAX_RESULT_BYTES": 1,
 }
-_DURATION_KEYS = ("KEEP", "RETENTION", "STATS_RETENTION", "AUDIT_KEEP")
+_DURATION_KEYS = ("KEEP", "RETENTION", "STATS_RETENTION", "AUDIT_KEEP", "REPAIR_WINDOW")
 _QUEUE_OPTION_KEYS = frozenset({"dedupe", "keep"})
 
 
@@ -250,6 +254,7 @@ class JobQueueSettings:
     STATS_RETENTION: timedelta
     METRICS_TOKEN: str
     AUDIT_KEEP: timedelta
+    REPAIR_WINDOW: timedelta
     _queue_defaults: QueueOptions = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     def queue_options(self, queue: str) -> QueueOptions:
@@ -378,6 +383,7 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             STATS_RETENTION=durations["STATS_RETENTION"],  # type: ignore[arg-type]
             METRICS_TOKEN=values["METRICS_TOKEN"],
             AUDIT_KEEP=durations["AUDIT_KEEP"],  # type: ignore[arg-type]
+            REPAIR_WINDOW=durations["REPAIR_WINDOW"],  # type: ignore[arg-type]
             _queue_defaults=defaults,
         ),
         [],

@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_jobqueue", "0017_job_origin_index"),
+        ("django_jobqueue", "0020_batch_workflow_indexes"),
     ]
 
     operations = [

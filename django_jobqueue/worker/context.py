@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import storage
 from ..enqueue import EnqueueResult, enqueue_job
+from ..flows.batches import BatchHandle
+from ..flows.results import Upstream, upstream_results
 from ..store.progress import ProgressSlot, progress_value
 from .steps import Step, StepLog
 
@@ -60,6 +62,7 @@ class JobContext:
         self.progress_slot = ProgressSlot()
         #: This attempt's place in the job's recorded steps (:meth:`step`).
         self.step_log = StepLog(job.steps)
+        self._upstream: Upstream | None = None
 
     def __repr__(self) -> str:
         return f"<JobContext {self.job_type} jid={self.jid} attempt={self.attempt}>"
@@ -163,6 +166,31 @@ class JobContext:
             self.mark_lease_lost()
             return False
         return True
+
+    @property
+    def batch(self) -> BatchHandle | None:
+        """The batch this job belongs to (docs/workflows.md "Batches"), or None.
+
+        An open batch: ``ctx.batch.enqueue(job_type, payload, **options)`` adds a
+        job to it, counted before this job's own end, so the batch cannot finish
+        before the jobs it adds.
+        """
+        if self.job.batch_id is None:
+            return None
+        return BatchHandle(self.job.batch_id, self.job._state.db or "default")
+
+    @property
+    def upstream(self) -> Upstream:
+        """The results of the jobs this one waited for (docs/workflows.md), by step.
+
+        ``ctx.upstream["fetch"]`` is the result of the upstream job of step
+        ``fetch`` (a job with no step name: by its jid); read from the database
+        once, on first use. A skipped or failed upstream job's result is None.
+        Raises ``KeyError`` for a name that is not an upstream step.
+        """
+        if self._upstream is None:
+            self._upstream = upstream_results(self.job)
+        return self._upstream
 
     def enqueue_job(
         self, queue: str | None, job_type: str, payload: Any = None, **options: Any

@@ -353,6 +353,10 @@ class Foreman(ForemanClaims, ForemanThreads):
                 # Every worker went idle: done unless something became due meanwhile
                 # (an expired lease, or a plan whose earlier pass failed and is due).
                 with self._making_due:  # no reap or pass of the housekeeping in flight
+                    if self.completer is not None:
+                        # A stored done may make work due: a batch's callback, a
+                        # dependent (docs/workflows.md).
+                        self.completer.flush()
                     self._reap()
                     self._materialize_schedules()
                     if not self._anything_due():

@@ -17,7 +17,9 @@ beside the worker slots:
   jobs (about every second), writes the process's job statistics
   (:data:`~django_jobqueue.store.jobstats.process_stats`, every :data:`STATS_FLUSH_S`:
   storage counts each outcome and claim there, docs/metrics.md) and prunes
-  long-gone workers and old statistics (every :data:`PRUNE_EVERY_S`);
+  long-gone workers and old statistics (every :data:`PRUNE_EVERY_S`), and repairs
+  stranded batches and workflows (every ``REPAIR_EVERY_S``, docs/workflows.md
+  "Repair");
 - **the relay** of the in-process :data:`~.wakeup.local_event`.
 
 Implements: docs/design.md#execution.
@@ -35,6 +37,7 @@ from django.db import connections
 from .. import reaping, storage
 from ..core.conf import get_config
 from ..core.reconnect import close_dead, retry_on_disconnect
+from ..flows.repair import REPAIR_EVERY_S, repair
 from ..models import JobStatus
 from ..store.jobstats import process_stats, prune_stats
 from ..store.progress import MIN_INTERVAL_S
@@ -363,6 +366,14 @@ class ForemanThreads:
         except Exception:
             logger.warning("syncing declared schedules failed", exc_info=True)
 
+    def _repair(self) -> None:
+        """Make right the batches and workflows left stranded (docs/workflows.md
+        "Repair"); each finding logs its own line."""
+        try:
+            retry_on_disconnect(self.using, repair, self.using)
+        except Exception:
+            logger.warning("batch and workflow repair pass failed", exc_info=True)
+
     def _materialize_schedules(self) -> None:
         try:
             from ..schedules import materialize_due
@@ -381,6 +392,7 @@ class ForemanThreads:
         reap_every = max(self.lease_ms / 2000, 0.1)
         now = time.monotonic()
         next_reap, next_flush, next_prune = now + reap_every, now + STATS_FLUSH_S, now
+        next_repair = now + REPAIR_EVERY_S
         try:
             while not self._done.is_set():
                 now = time.monotonic()
@@ -393,6 +405,9 @@ class ForemanThreads:
                         if now >= next_prune:
                             self._prune()
                             next_prune = time.monotonic() + PRUNE_EVERY_S
+                        if now >= next_repair:
+                            self._repair()
+                            next_repair = time.monotonic() + REPAIR_EVERY_S
                     if now >= next_flush:
                         self._flush_stats()
                         next_flush = time.monotonic() + STATS_FLUSH_S

@@ -65,7 +65,14 @@ export interface ErrorEntry {
 }
 
 /** The state words of docs/design.md#states. */
-export type JobState = "scheduled" | "waiting" | "running" | "failed" | "done" | "cancelled";
+export type JobState =
+  | "scheduled"
+  | "waiting"
+  | "running"
+  | "failed"
+  | "done"
+  | "cancelled"
+  | "blocked";
 
 /** A job by jid (`GET /sdk/jobs/{jid}`); payload and result null for a secure type. */
 export interface Job {

@@ -1,0 +1,82 @@
+"""A 2,000-job batch drained by 4 ``runworkers`` processes, one SIGKILLed twice: each
+callback runs exactly once, after every job ended (docs/workflows.md "Guarantees")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+import django_jobqueue as jq
+from django_jobqueue.models import Job, JobStatus
+from tests.testapp.models import RunRecord
+from tests.workers_helpers import StartedWorkers, stop_all
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+JOBS = 2_000
+WORKER_ARGS = ("--concurrency", "2", "--lease", "3000", "--heartbeat", "500",
+               "--ramp-time", "0", "--min-sleep", "5", "--max-sleep", "100",
+               "--verbosity", "1")  # fmt: skip
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def ended(batch_id: int) -> int:
+    row = jq.get_batch(batch_id)
+    assert row is not None
+    return row.done + row.failed + row.cancelled
+
+
+def test_callbacks_run_once_while_a_worker_is_sigkilled_twice() -> None:
+    workers = [StartedWorkers(*WORKER_ARGS) for _ in range(4)]
+    try:
+        for worker in workers:
+            worker.wait_started()
+        with jq.batch(
+            on_finish=jq.signature("flows.callback", {"kind": "finish"}),
+            on_success=jq.signature("flows.callback", {"kind": "success"}),
+            on_failure=jq.signature("flows.callback", {"kind": "failure"}),
+        ) as b:
+            jq.enqueue_many([{"job_type": "flows.tick"}] * JOBS)
+        for share in (0.25, 0.6):
+            wait_for(lambda share=share: ended(b.id) >= JOBS * share)
+            victim = workers.pop(0)
+            os.kill(victim.process.pid, signal.SIGKILL)
+            victim.process.wait(timeout=30)
+            victim._close()
+            workers.append(StartedWorkers(*WORKER_ARGS))
+            workers[-1].wait_started()
+        wait_for(lambda: RunRecord.objects.filter(label__startswith="callback:").count() >= 2)
+        wait_for(lambda: not Job.objects.exclude(status=JobStatus.DONE).exists())
+    finally:
+        outcomes = stop_all(workers)
+    assert all(code == 0 for code, _err in outcomes), outcomes
+
+    row = jq.get_batch(b.id)
+    assert row.counts() == {"total": JOBS, "done": JOBS, "failed": 0, "cancelled": 0, "pending": 0}
+    callbacks = sorted(
+        RunRecord.objects.filter(label__startswith="callback:").values_list("label", flat=True)
+    )
+    assert callbacks == ["callback:finish", "callback:success"]  # each exactly once
+    assert not row.failure_jid
+    assert Job.objects.filter(batch_id=b.id, status=JobStatus.DONE).count() == JOBS
+    assert Job.objects.count() == JOBS + 2
+    # The kills landed while the victims held leases: the reaper took jobs back.
+    reaped = [
+        errors
+        for errors in Job.objects.filter(batch_id=b.id).values_list("errors", flat=True)
+        if errors
+    ]
+    assert reaped
+    assert all("lease expired" in errors[-1]["message"] for errors in reaped)
+    finish = Job.objects.get(jid=row.finish_jid)
+    assert finish.payload["counts"]["done"] == JOBS
