@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Case, Count, Min, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from . import storage
@@ -46,7 +46,7 @@ from .core.conf import get_config
 from .core.dbclock import Now
 from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 from .schedules import set_enabled_plans
-from .store import locks
+from .store import locks, states
 from .store.batches import delete_in_batches
 from .store.unique import cancel_release
 
@@ -141,6 +141,9 @@ class QueueStatus:
     queue: str
     #: Jobs per status, every :class:`JobStatus` value present (0 when none).
     counts: dict[str, int] = field(default_factory=dict)
+    #: Jobs per state word (docs/console.md#states), every word present: ``scheduled``
+    #: and ``waiting`` split the ``init`` and ``retry`` jobs by their ``run_at``.
+    states: dict[str, int] = field(default_factory=dict)
     #: Seconds the oldest due waiting job has waited since its ``run_at``; None: none due.
     oldest_waiting_s: float | None = None
     #: Workers holding a job of this queue now: distinct ``lease_owner`` values of
@@ -152,6 +155,7 @@ class QueueStatus:
         return {
             "queue": self.queue,
             "counts": dict(self.counts),
+            "states": dict(self.states),
             "oldest_waiting_s": self.oldest_waiting_s,
             "busy_workers": self.busy_workers,
         }
@@ -451,14 +455,39 @@ def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[Que
         running jobs whose lease has not expired by the database clock (workers
         holding a job now; idle workers are not counted).
     """
-    jobs = Job.objects.using(using)
+    jobs = Job.objects.using(using).order_by()
     if queues is not None:
         jobs = jobs.filter(queue__in=list(queues))
     counts: dict[str, dict[str, int]] = {}
-    for queue, status, number in (
-        jobs.order_by().values_list("queue", "status").annotate(n=Count("pk"))
+    by_state: dict[str, dict[str, int]] = {}
+
+    def add(queue: str, status: str, word: str, number: int) -> None:
+        counts.setdefault(queue, dict.fromkeys(JobStatus.values, 0))[status] += number
+        by_state.setdefault(queue, dict.fromkeys(states.STATES, 0))[word] += number
+
+    # No scan of the whole table: each count goes over an index that holds its rows
+    # (docs/console.md#states names the words): the claim index for the waiting
+    # jobs (``waiting`` leads it), jq_job_running_idx and jq_job_dead_idx (PostgreSQL,
+    # the status indexes elsewhere) for the running jobs and the dead letters, and
+    # the (queue, status) index for the finished ones. COUNT(*): PostgreSQL answers
+    # from the index alone where it holds every column read.
+    waiting = (
+        jobs.filter(waiting=True)
+        .annotate(due=Case(When(run_at__lte=Now(), then=Value(1)), default=Value(0)))
+        .values_list("queue", "status", "due")
+        .annotate(n=Count("*"))
+    )
+    for queue, status, due, number in waiting:
+        add(queue, status, states.WAITING if due else states.SCHEDULED, number)
+    for queue, number in (
+        jobs.filter(status=JobStatus.PROCESSING).values_list("queue").annotate(n=Count("*"))
     ):
-        counts.setdefault(queue, dict.fromkeys(JobStatus.values, 0))[status] = number
+        add(queue, JobStatus.PROCESSING, states.RUNNING, number)
+    for ended in (DEAD_STATUSES, (JobStatus.DONE, JobStatus.CANCELLED)):
+        for queue, status, number in (
+            jobs.filter(status__in=ended).values_list("queue", "status").annotate(n=Count("*"))
+        ):
+            add(queue, status, states.STATE_OF_STATUS[status], number)
     now = timezone.now()
     oldest = {
         queue: (now - run_at).total_seconds()
@@ -479,6 +508,7 @@ def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[Que
         QueueStatus(
             queue=name,
             counts=counts.get(name, dict.fromkeys(JobStatus.values, 0)),
+            states=by_state.get(name, dict.fromkeys(states.STATES, 0)),
             oldest_waiting_s=None if name not in oldest else max(0.0, round(oldest[name], 3)),
             busy_workers=workers.get(name, 0),
         )

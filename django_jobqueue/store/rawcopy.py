@@ -44,6 +44,7 @@ from operator import attrgetter
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.models import NOT_PROVIDED
 
 from ..core.validation import hold_hash
 from .rawinsert import Row, insert_plan, wake_local, wakes_by_notify
@@ -104,10 +105,17 @@ def copy_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = (
     queues = list(dict.fromkeys(wake_queues))
     if not rows:
         return
+    for row in rows:
+        if row.hold_fields:
+            unknown = set(row.hold_fields) - {"dedupe_ms", "keep_ms"}
+            if unknown:
+                raise TypeError(
+                    f"Unknown job fields {sorted(unknown)}; only ('dedupe_ms', 'keep_ms') "
+                    "are stored."
+                )
     conn = connections[using]
     plan = insert_plan(using, conn)
     notify = queues if wakes_by_notify(using, conn) else []
-    sql, names = _copy_statement(plan, conn)
     with transaction.atomic(using=using, savepoint=False), conn.cursor() as cursor:
         params: list[str] = [p for q in notify for p in (CHANNEL, q)]
         cursor.execute(
@@ -115,7 +123,9 @@ def copy_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = (
             params,
         )
         now = cursor.fetchone()[0]
-        lines = _lines(plan, names, rows, now)
+        columns = _column_texts(plan, rows, now)
+        sql, names = _copy_statement(plan, conn, columns)
+        lines = _lines(names, columns, len(rows))
         # Django's cursor has no copy(): psycopg's, with Django's error translation
         # (a unique violation is an IntegrityError, as from execute()).
         with conn.wrap_database_errors, cursor.cursor.copy(sql) as copy:
@@ -127,19 +137,23 @@ def copy_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = (
         wake_local(using, conn)
 
 
-_statements: dict[tuple[str, str], tuple[str, list[str]]] = {}
+def _copy_statement(plan: Any, conn: Any, columns: dict[str, Any]) -> tuple[str, list[str]]:
+    """The ``COPY`` of ``columns`` (attname: text, see :func:`_column_texts`) into
+    ``plan``'s table on ``conn``, and the attnames it lists, in order.
 
-
-def _copy_statement(plan: Any, conn: Any) -> tuple[str, list[str]]:
-    """The ``COPY`` of ``plan``'s table on ``conn`` and the attnames of its columns, in order."""
-    key = (conn.alias, conn.vendor)
-    found = _statements.get(key)
-    if found is None:
-        quote = conn.ops.quote_name
-        names = [str(f.attname) for f in plan.fields]
-        columns = ", ".join(quote(str(f.column)) for f in plan.fields)
-        found = _statements[key] = (f"COPY {plan.table} ({columns}) FROM STDIN", names)
-    return found
+    A nullable column without a database default that is NULL in every row is left
+    out (it is NULL by the omission): fewer fields for the server to parse per row.
+    """
+    quote = conn.ops.quote_name
+    names = [
+        str(f.attname)
+        for f in plan.fields
+        if not (
+            columns[f.attname] == _NULL and f.null and f.db_default is NOT_PROVIDED
+        )
+    ]
+    listed = ", ".join(quote(str(plan.by_name[name].column)) for name in names)
+    return f"COPY {plan.table} ({listed}) FROM STDIN", names
 
 
 def _escape(text: str) -> str:
@@ -171,18 +185,9 @@ def _field_text(field: Any, value: Any) -> str:
     return _escape(str(value))
 
 
-def _lines(plan: Any, names: list[str], rows: Sequence[Row], now: datetime) -> Iterator[str]:
-    """The COPY text of ``rows``, one line each (without its newline), in order."""
-    for row in rows:
-        if row.hold_fields:
-            unknown = set(row.hold_fields) - {"dedupe_ms", "keep_ms"}
-            if unknown:
-                raise TypeError(
-                    f"Unknown job fields {sorted(unknown)}; only ('dedupe_ms', 'keep_ms') "
-                    "are stored."
-                )
-    count = len(rows)
-    columns = _column_texts(plan, rows, now)
+def _lines(names: list[str], columns: dict[str, Any], count: int) -> Iterator[str]:
+    """The COPY text of ``count`` rows of ``columns`` (listed in the order of ``names``),
+    one line each (without its newline), in order."""
     # Runs of columns that hold one value in every row are joined once.
     parts: list[Any] = []
     for name in names:
