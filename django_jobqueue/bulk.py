@@ -175,9 +175,9 @@ def _create_locked(specs: Sequence[JobSpec], refuse_held_ids: bool) -> list[Enqu
 
 
 def _insert(using: str, rows: list[Row], wake_queues: list[str]) -> None:
-    """Insert ``rows`` the faster way for their number: by ``COPY`` on PostgreSQL from
-    :data:`~django_jobqueue.store.rawcopy.COPY_MIN_ROWS` rows on, else by multi-row
-    INSERTs (docs/design.md, "Bulk enqueue by COPY")."""
+    """Insert ``rows`` the faster way for their number (docs/design.md#bulk-copy): by
+    ``COPY`` on PostgreSQL from :data:`~django_jobqueue.store.rawcopy.COPY_MIN_ROWS`
+    rows on (as measured, no size), else by multi-row INSERTs."""
     if uses_copy(using, len(rows)):
         copy_rows(using, rows, wake_queues=wake_queues)
     else:

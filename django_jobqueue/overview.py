@@ -25,8 +25,8 @@ from django.db.models import Case, Count, Min, Sum, Value, When
 from .core.conf import get_config
 from .core.dbclock import Now
 from .models import DEAD_STATUSES, Job, JobStat, JobStatus, JobTotal
-from .store.jobstats import COUNTERS
 from .store import states
+from .store.jobstats import COUNTERS
 from .store.pauses import paused_queues
 
 __all__ = [

@@ -3,9 +3,9 @@
 The COPY path must write what the unnest insert writes, column for column, answer
 ids and unique keys the same way, wake the same queues only on commit, and leave
 nothing in the session (a transaction pooler hands the next transaction to another
-server session). Most tests force the path with ``COPY_MIN_ROWS = 0``; the size
-rule itself has its own test. On MariaDB and SQLite the path is never taken, which
-the last test checks.
+server session). As measured (bench/bulk_copy.py) no batch size takes it by default,
+so the tests force it with ``COPY_MIN_ROWS = 0``; the size rule has its own tests. On
+MariaDB and SQLite the path is never taken, which the last tests check.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _rows(queue: str) -> list[dict[str, Any]]:
 
 @postgres
 def test_copy_writes_the_rows_of_the_unnest_insert(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rawcopy, "COPY_MIN_ROWS", 1 << 62)
+    monkeypatch.setattr(rawcopy, "COPY_MIN_ROWS", None)
     by_insert = enqueue_many(_batch("by-insert"))
     monkeypatch.setattr(rawcopy, "COPY_MIN_ROWS", 0)
     by_copy = enqueue_many(_batch("by-copy"))
@@ -195,15 +195,11 @@ def test_in_autocommit__the_clock_and_the_copy_share_one_transaction(copy_always
 
 def _session_state(cursor: Any) -> tuple[Any, ...]:
     """What a session keeps from one transaction to the next."""
-    cursor.execute(
-        "SELECT name, setting FROM pg_settings WHERE source = 'session' ORDER BY name"
-    )
+    cursor.execute("SELECT name, setting FROM pg_settings WHERE source = 'session' ORDER BY name")
     settings = cursor.fetchall()
     cursor.execute("SELECT count(*) FROM pg_prepared_statements")
     prepared = cursor.fetchone()[0]
-    cursor.execute(
-        "SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()"
-    )
+    cursor.execute("SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema()")
     temporary = cursor.fetchone()[0]
     cursor.execute("SELECT count(*) FROM pg_listening_channels()")
     listening = cursor.fetchone()[0]
@@ -220,7 +216,9 @@ def test_copy_leaves_no_session_state_behind(copy_always: None) -> None:
         before = _session_state(cursor)
     enqueue_many([{"queue": "s", "job_type": JOB_TYPE, "payload": i} for i in range(300)])
     with transaction.atomic():
-        enqueue_many([{"queue": "s", "job_type": JOB_TYPE, "unique_key": f"k{i}"} for i in range(9)])
+        enqueue_many(
+            [{"queue": "s", "job_type": JOB_TYPE, "unique_key": f"k{i}"} for i in range(9)]
+        )
     with connection.cursor() as cursor:
         assert _session_state(cursor) == before
         assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -276,16 +274,26 @@ def test_a_bad_hold_field_is_refused_before_anything_is_written(copy_always: Non
     assert Job.objects.count() == 0
 
 
-def test_the_path_is_chosen_by_size_on_postgresql_only() -> None:
-    on_postgres = connection.vendor == "postgresql"
-    assert rawcopy.uses_copy("default", rawcopy.COPY_MIN_ROWS) is on_postgres
-    assert rawcopy.uses_copy("default", rawcopy.COPY_MIN_ROWS - 1) is False
+def test_as_measured_a_big_batch_takes_the_insert() -> None:
+    """bench/bulk_copy.py found the unnest insert as fast or faster at every size."""
+    with CaptureQueriesContext(connection) as captured:
+        enqueue_many([{"queue": "m", "job_type": JOB_TYPE, "payload": i} for i in range(1_500)])
+    assert not [q for q in captured.captured_queries if q["sql"].startswith("COPY ")]
+    assert Job.objects.filter(queue="m").count() == 1_500
 
 
-def test_a_batch_past_the_size_is_the_same_on_every_database() -> None:
-    """At the size that takes COPY on PostgreSQL (and the insert elsewhere)."""
-    count = max(rawcopy.COPY_MIN_ROWS, 2)
-    jobs = [{"queue": "big", "job_type": JOB_TYPE, "payload": {"i": i}} for i in range(count)]
+def test_the_path_is_chosen_by_size_on_postgresql_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rawcopy, "COPY_MIN_ROWS", 100)
+    assert rawcopy.uses_copy("default", 100) is (connection.vendor == "postgresql")
+    assert rawcopy.uses_copy("default", 99) is False
+
+
+def test_a_batch_past_the_size_is_the_same_on_every_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At a size that takes COPY on PostgreSQL (and the insert elsewhere)."""
+    monkeypatch.setattr(rawcopy, "COPY_MIN_ROWS", 100)
+    jobs = [{"queue": "big", "job_type": JOB_TYPE, "payload": {"i": i}} for i in range(150)]
     jobs[1] = {**jobs[1], "unique_key": "u"}
     jobs[2] = {**jobs[2], "unique_key": "u"}
     results = enqueue_many(jobs)

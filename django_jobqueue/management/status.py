@@ -37,10 +37,10 @@ def queue_report(using: str, queues: list[str] | None) -> list[dict[str, Any]]:
     -------
     list of dict
         :meth:`maintenance.QueueStatus.as_dict` (``counts`` by stored status,
-        ``states`` by state word, ``oldest_waiting_s``, ``busy_workers``) plus ``paused``, ``last_hour``
-        (``done``, ``failed_attempts``: every failed attempt, ``dead_letters``: those
-        that failed for good) and ``totals`` (the same since install, and
-        ``deduplicated``).
+        ``states`` by state word, ``oldest_waiting_s``, ``busy_workers``) plus
+        ``paused``, ``last_hour`` (``done``, ``failed_attempts``: every failed
+        attempt, ``dead_letters``: those that failed for good) and ``totals``
+        (the same since install, and ``deduplicated``).
     """
     glance = {row.queue: row for row in overview(using)}
     rows = {row.queue: row for row in maintenance.queue_status(using, queues=queues)}

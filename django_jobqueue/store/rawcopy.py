@@ -6,7 +6,8 @@
 parses a tab-separated line per row, without an executor per statement or arrays to
 unpack, and the client builds those lines by joins in C: a column whose value is the
 same in every row of the batch is rendered once. :func:`uses_copy` says which of the
-two a batch takes, by its size (docs/design.md, "Bulk enqueue by COPY").
+two a batch takes, by its size (docs/design.md#bulk-copy): as measured here, the
+unnest insert for every size.
 
 What a ``COPY`` cannot do, and what takes its place:
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from operator import attrgetter
@@ -52,11 +54,17 @@ from .wakeups import CHANNEL
 
 __all__ = ["COPY_MIN_ROWS", "copy_rows", "uses_copy"]
 
-#: The smallest batch that :func:`uses_copy` sends by ``COPY`` on PostgreSQL. Measured
-#: by ``bench/bulk_copy.py`` (batches of 10 to 20,000 jobs, both ways, in one run): at
-#: 10 jobs the unnest insert, one statement, is ahead of the COPY's two; from a few
-#: hundred jobs on the COPY is, and more so the larger the batch.
-COPY_MIN_ROWS = 100
+#: The smallest batch that :func:`uses_copy` sends by ``COPY`` on PostgreSQL; None:
+#: none, every batch takes the unnest insert. Measured by ``bench/bulk_copy.py``
+#: (batches of 10 to 20,000 jobs, both ways, interleaved in one run, and the CPU time
+#: per job of the client and its server process): the COPY costs more below 1,000
+#: jobs (its extra statement) and the same from 1,000 on, within a few per cent either
+#: way, while its wall-clock rate came out below the unnest insert's in most rounds.
+#: Both pay the same for what dominates, the row's dozen index entries (about 15 of
+#: the 18 µs of server CPU per job), which no way of sending the rows changes; so the
+#: unnest insert, one prepared statement, stays the path of every size
+#: (docs/design.md#bulk-copy). Set a number here to take the COPY from that size on.
+COPY_MIN_ROWS: int | None = None
 #: Rows per ``write()`` to the COPY stream: bounds the text held at once (a few MB).
 _ROWS_PER_WRITE = 2000
 _NULL = "\\N"
@@ -65,20 +73,19 @@ _NULL = "\\N"
 def uses_copy(using: str, count: int) -> bool:
     """Whether a batch of ``count`` rows on alias ``using`` goes in by :func:`copy_rows`.
 
-    PostgreSQL with psycopg 3 only, from :data:`COPY_MIN_ROWS` rows on; every other
-    batch takes :func:`~django_jobqueue.store.rawinsert.insert_rows`.
+    PostgreSQL with psycopg 3 only, from :data:`COPY_MIN_ROWS` rows on (None, the
+    measured choice: never); every other batch takes
+    :func:`~django_jobqueue.store.rawinsert.insert_rows`.
     """
-    conn = connections[using]
-    return count >= COPY_MIN_ROWS and conn.vendor == "postgresql" and _has_copy(conn)
-
-
-def _has_copy(conn: Any) -> bool:
-    """Whether ``conn``'s driver is psycopg 3 (psycopg2 has no ``cursor.copy()``)."""
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:  # pragma: no cover - psycopg2 installs
+    if COPY_MIN_ROWS is None or count < COPY_MIN_ROWS:
         return False
-    return True
+    if connections[using].vendor != "postgresql":
+        return False
+    # Django's PostgreSQL backend runs on psycopg 3 when it is importable, else on
+    # psycopg2, whose cursors have no copy().
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return is_psycopg3
 
 
 def copy_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = ()) -> None:
@@ -128,11 +135,13 @@ def copy_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = (
         lines = _lines(names, columns, len(rows))
         # Django's cursor has no copy(): psycopg's, with Django's error translation
         # (a unique violation is an IntegrityError, as from execute()).
+        started = time.monotonic()
         with conn.wrap_database_errors, cursor.cursor.copy(sql) as copy:
             for chunk in iter(lambda: list(itertools.islice(lines, _ROWS_PER_WRITE)), []):
                 copy.write("\n".join(chunk) + "\n")
         if conn.queries_logged:  # DEBUG or CaptureQueriesContext: show it as a statement
-            conn.queries_log.append({"sql": f"{sql} -- {len(rows)} rows", "time": "0.000"})
+            took = f"{time.monotonic() - started:.3f}"
+            conn.queries_log.append({"sql": f"{sql} -- {len(rows)} rows", "time": took})
     if queues:
         wake_local(using, conn)
 
@@ -148,9 +157,7 @@ def _copy_statement(plan: Any, conn: Any, columns: dict[str, Any]) -> tuple[str,
     names = [
         str(f.attname)
         for f in plan.fields
-        if not (
-            columns[f.attname] == _NULL and f.null and f.db_default is NOT_PROVIDED
-        )
+        if not (columns[f.attname] == _NULL and f.null and f.db_default is NOT_PROVIDED)
     ]
     listed = ", ".join(quote(str(plan.by_name[name].column)) for name in names)
     return f"COPY {plan.table} ({listed}) FROM STDIN", names
@@ -271,12 +278,13 @@ def _column_texts(plan: Any, rows: Sequence[Row], now: datetime) -> dict[str, An
 
 def _after(now: datetime, durations_ms: list[int | None]) -> Any:
     """A time column of ``now`` plus each of ``durations_ms`` (None: SQL NULL)."""
-    texts = {None: _NULL}
+    texts: dict[int | None, str] = {None: _NULL}
     out = []
     for ms in durations_ms:
         text = texts.get(ms)
         if text is None:
-            text = texts[ms] = (now + timedelta(milliseconds=ms)).isoformat(sep=" ")  # type: ignore[arg-type]
+            assert ms is not None  # noqa: S101 - None is in texts from the start
+            text = texts[ms] = (now + timedelta(milliseconds=ms)).isoformat(sep=" ")
         out.append(text)
     return _uniform_or_list(out)
 

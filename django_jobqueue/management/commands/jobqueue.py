@@ -37,12 +37,12 @@ from django_jobqueue.management import cancelling, filtering, pausing, schedulin
 from django_jobqueue.management import status as status_report
 from django_jobqueue.management.arguments import add_database as _add_database
 from django_jobqueue.management.arguments import name as _name
-from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, Worker
+from django_jobqueue.models import DEAD_STATUSES, Job, Worker
 from django_jobqueue.operations import act_in_batches
+from django_jobqueue.store import states
 from django_jobqueue.store.audit import cli_actor, prune_audit, record
 from django_jobqueue.store.licence import current_licence, describe_licence
 from django_jobqueue.store.pauses import paused_queues
-from django_jobqueue.store import states
 from django_jobqueue.store.states import state_label
 from django_jobqueue.store.workerstats import live_workers
 
