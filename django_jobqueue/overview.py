@@ -1,8 +1,8 @@
 """The queues at a glance, cheap on a big job table.
 
 No full-table count: waiting and scheduled jobs are counted over the claim index
-(``waiting`` leads it), running ones over the lease index, dead letters over the
-partial index of dead rows (PostgreSQL; the status index elsewhere); finished work
+(``waiting`` leads it), running ones and dead letters over the partial indexes of
+their rows (PostgreSQL, index-only scans; the status indexes elsewhere); finished work
 comes from :class:`~django_jobqueue.models.JobStat` (the last hour's minutes, over
 its (minute, queue, job type) index), which every worker's outcomes reach through
 storage (docs/metrics.md). The console's overview, ``jobqueue status`` and the
