@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from django.db.models import Case, Count, Min, Q, QuerySet, Value, When
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from . import storage
@@ -459,35 +459,25 @@ def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[Que
     if queues is not None:
         jobs = jobs.filter(queue__in=list(queues))
     counts: dict[str, dict[str, int]] = {}
+    for queue, status, number in jobs.values_list("queue", "status").annotate(n=Count("*")):
+        counts.setdefault(queue, dict.fromkeys(JobStatus.values, 0))[status] = number
+    # The state words (docs/console.md#states) split the waiting jobs (``init`` and
+    # ``retry``) by their run_at: a second count over the claim index, which
+    # ``waiting`` leads; one GROUP BY of the whole table is cheaper than a count per
+    # index once the done jobs are most of it.
     by_state: dict[str, dict[str, int]] = {}
-
-    def add(queue: str, status: str, word: str, number: int) -> None:
-        counts.setdefault(queue, dict.fromkeys(JobStatus.values, 0))[status] += number
-        by_state.setdefault(queue, dict.fromkeys(states.STATES, 0))[word] += number
-
-    # No scan of the whole table: each count goes over an index that holds its rows
-    # (docs/console.md#states names the words): the claim index for the waiting
-    # jobs (``waiting`` leads it), jq_job_running_idx and jq_job_dead_idx (PostgreSQL,
-    # the status indexes elsewhere) for the running jobs and the dead letters, and
-    # the (queue, status) index for the finished ones. COUNT(*): PostgreSQL answers
-    # from the index alone where it holds every column read.
-    waiting = (
-        jobs.filter(waiting=True)
-        .annotate(due=Case(When(run_at__lte=Now(), then=Value(1)), default=Value(0)))
-        .values_list("queue", "status", "due")
-        .annotate(n=Count("*"))
-    )
-    for queue, status, due, number in waiting:
-        add(queue, status, states.WAITING if due else states.SCHEDULED, number)
     for queue, number in (
-        jobs.filter(status=JobStatus.PROCESSING).values_list("queue").annotate(n=Count("*"))
+        jobs.filter(waiting=True, run_at__lte=Now()).values_list("queue").annotate(n=Count("*"))
     ):
-        add(queue, JobStatus.PROCESSING, states.RUNNING, number)
-    for ended in (DEAD_STATUSES, (JobStatus.DONE, JobStatus.CANCELLED)):
-        for queue, status, number in (
-            jobs.filter(status__in=ended).values_list("queue", "status").annotate(n=Count("*"))
-        ):
-            add(queue, status, states.STATE_OF_STATUS[status], number)
+        by_state[queue] = {states.WAITING: number}
+    for queue, by_status in counts.items():
+        words = dict.fromkeys(states.STATES, 0)
+        for status, number in by_status.items():
+            words[states.STATE_OF_STATUS[status]] += number
+        due = by_state.get(queue, {}).get(states.WAITING, 0)
+        words[states.SCHEDULED] = words[states.WAITING] - due
+        words[states.WAITING] = due
+        by_state[queue] = words
     now = timezone.now()
     oldest = {
         queue: (now - run_at).total_seconds()
