@@ -313,6 +313,7 @@ _PLAIN = frozenset({"queue", "job_type", "payload"})
 
 
 def _hashable(key: Any) -> bool:
+    """Whether ``key`` can key a dict (a queue or type that is a list cannot)."""
     try:
         hash(key)
     except TypeError:
