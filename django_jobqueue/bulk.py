@@ -42,6 +42,7 @@ from .store.managers import (
     hold_lock_names,
     id_held,
 )
+from .store.rawcopy import copy_rows, uses_copy
 from .store.rawinsert import Row, insert_rows, new_jids
 
 __all__ = ["create_many"]
@@ -146,10 +147,10 @@ def _create_locked(specs: Sequence[JobSpec], refuse_held_ids: bool) -> list[Enqu
     if not any(spec.job_id is not None or spec.unique_key is not None for spec in specs):
         # No id, no key: no holder to look for, every job goes in.
         all_jids = new_jids(len(specs))
-        insert_rows(
+        _insert(
             using,
             [Row(spec, jid) for spec, jid in zip(specs, all_jids, strict=True)],
-            wake_queues=[spec.queue for spec in specs if spec.due_now],
+            [spec.queue for spec in specs if spec.due_now],
         )
         return [EnqueueResult(status="enqueued", jid=jid) for jid in all_jids]
     live = _live_holders(using, specs)
@@ -169,8 +170,18 @@ def _create_locked(specs: Sequence[JobSpec], refuse_held_ids: bool) -> list[Enqu
             live[hold] = jid  # later jobs of the batch with this id or key: deduplicated
         rows.append(Row(spec, jid))
         results.append(EnqueueResult(status="enqueued", jid=jid))
-    insert_rows(using, rows, wake_queues=[row.spec.queue for row in rows if row.spec.due_now])
+    _insert(using, rows, [row.spec.queue for row in rows if row.spec.due_now])
     return results
+
+
+def _insert(using: str, rows: list[Row], wake_queues: list[str]) -> None:
+    """Insert ``rows`` the faster way for their number (docs/design.md#bulk-copy): by
+    ``COPY`` on PostgreSQL from :data:`~django_jobqueue.store.rawcopy.COPY_MIN_ROWS`
+    rows on (as measured, no size), else by multi-row INSERTs."""
+    if uses_copy(using, len(rows)):
+        copy_rows(using, rows, wake_queues=wake_queues)
+    else:
+        insert_rows(using, rows, wake_queues=wake_queues)
 
 
 def _refuse_held_ids(specs: Sequence[JobSpec], live: dict[tuple[str, str, str], str]) -> None:

@@ -284,6 +284,18 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     max_bytes = get_config().MAX_PAYLOAD_BYTES
     for index, job in enumerate(jobs):
         try:
+            if type(job) is dict and len(job) <= 3 and job.keys() <= _PLAIN:
+                # The common job (a queue, a type, a payload, no option): its
+                # template's key without copying the mapping.
+                job_type = job.get("job_type")
+                payload = job.get("payload")
+                plain = (type(queue := job.get("queue")), queue, type(job_type), job_type, ())
+                template = templates.get(plain) if _hashable(plain) else None
+                if template is not None:
+                    what = f"The payload of a {job_type!r} job"
+                    payload_json = json_text(payload, what, max_bytes=max_bytes)
+                    specs.append(template.with_payload(payload, payload_json))
+                    continue
             if not isinstance(job, Mapping):
                 raise InvalidRequest(
                     f"A job must be a mapping with 'job_type': got {type(job).__name__}."
@@ -317,6 +329,19 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     if link is None and open_block() is None and not any(waits):
         return create_many(specs)
     return create_linked(specs, link, many=True, waits=waits) if specs else []
+
+
+#: The keys of a job of :func:`enqueue_many` that has no option.
+_PLAIN = frozenset({"queue", "job_type", "payload"})
+
+
+def _hashable(key: Any) -> bool:
+    """Whether ``key`` can key a dict (a queue or type that is a list cannot)."""
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
 
 
 #: Options that make each job of a batch its own (no shared validation).

@@ -1,8 +1,8 @@
 """The queues at a glance, cheap on a big job table.
 
 No full-table count: waiting and scheduled jobs are counted over the claim index
-(``waiting`` leads it), running ones over the lease index, dead letters over the
-partial index of dead rows (PostgreSQL; the status index elsewhere); finished work
+(``waiting`` leads it), running ones and dead letters over the partial indexes of
+their rows (PostgreSQL, index-only scans; the status indexes elsewhere); finished work
 comes from :class:`~django_jobqueue.models.JobStat` (the last hour's minutes, over
 its (minute, queue, job type) index), which every worker's outcomes reach through
 storage (docs/metrics.md). The console's overview, ``jobqueue status`` and the
@@ -25,6 +25,7 @@ from django.db.models import Case, Count, Min, Sum, Value, When
 from .core.conf import get_config
 from .core.dbclock import Now
 from .models import DEAD_STATUSES, Job, JobStat, JobStatus, JobTotal
+from .store import states
 from .store.jobstats import COUNTERS
 from .store.pauses import paused_queues
 
@@ -55,12 +56,15 @@ class QueueRow:
     """One queue on the overview: jobs now, and finished work over :data:`STATS_WINDOW`."""
 
     queue: str
-    #: Jobs due now, waiting for a worker.
+    #: Jobs due now, waiting for a worker, that never failed (stored status ``init``).
     waiting: int = 0
-    #: Jobs waiting for a ``run_at`` in the future.
+    #: Jobs waiting for a ``run_at`` in the future that never failed (``init``).
     scheduled: int = 0
-    #: Jobs waiting for their next attempt after a failed one.
+    #: Jobs waiting for their next attempt after a failed one (stored status ``retry``),
+    #: due now or not.
     retrying: int = 0
+    #: Of :attr:`retrying`, the ones due now.
+    retrying_due: int = 0
     #: Jobs held by a worker now.
     running: int = 0
     #: Dead letters kept now (``error``, ``max_retry``).
@@ -75,6 +79,22 @@ class QueueRow:
     oldest_waiting_s: float | None = None
     paused: bool = False
 
+    @property
+    def by_state(self) -> dict[str, int]:
+        """The jobs now by state word (docs/console.md#states): ``scheduled`` and
+        ``waiting`` count ``init`` and ``retry`` jobs alike, by their ``run_at``."""
+        return {
+            states.SCHEDULED: self.scheduled + self.retrying - self.retrying_due,
+            states.WAITING: self.waiting + self.retrying_due,
+            states.RUNNING: self.running,
+            states.FAILED: self.dead,
+        }
+
+    @property
+    def retrying_scheduled(self) -> int:
+        """Of :attr:`retrying`, the ones whose ``run_at`` (their backoff) is ahead."""
+        return self.retrying - self.retrying_due
+
     def as_dict(self) -> dict[str, object]:
         """Return the row as JSON-ready data (``jobqueue status --json``)."""
         return {
@@ -82,6 +102,7 @@ class QueueRow:
             "waiting": self.waiting,
             "scheduled": self.scheduled,
             "retrying": self.retrying,
+            "retrying_due": self.retrying_due,
             "running": self.running,
             "dead": self.dead,
             "done_last_hour": self.done_last_hour,
@@ -118,6 +139,8 @@ def overview(using: str, now: datetime | None = None) -> list[QueueRow]:
         target = row(queue)
         if status == JobStatus.RETRY:
             target.retrying += number
+            if due:
+                target.retrying_due += number
         elif due:
             target.waiting += number
         else:
@@ -127,12 +150,13 @@ def overview(using: str, now: datetime | None = None) -> list[QueueRow]:
     )
     for queue, run_at in oldest:
         row(queue).oldest_waiting_s = max(0.0, (now - run_at).total_seconds())
+    # COUNT(*), not COUNT(id): PostgreSQL answers these from jq_job_running_idx
+    # (migration 0023) and jq_job_dead_idx (migration 0004) alone, index-only scans
+    # of the running and of the dead rows.
     for queue, number in (
-        jobs.filter(status=JobStatus.PROCESSING).values_list("queue").annotate(n=Count("pk"))
+        jobs.filter(status=JobStatus.PROCESSING).values_list("queue").annotate(n=Count("*"))
     ):
         row(queue).running = number
-    # COUNT(*), not COUNT(id): PostgreSQL answers it from jq_job_dead_idx alone
-    # (migration 0004), an index-only scan of the dead rows.
     for queue, number in (
         jobs.filter(status__in=DEAD_STATUSES).values_list("queue").annotate(n=Count("*"))
     ):

@@ -53,15 +53,41 @@ def test_status__table() -> None:
     buffer.record("emails", "maint.noop", "failed", 5)
     buffer.flush("default")
 
+    # The count columns are the state words (docs/console.md#states), not stored statuses.
     assert jobqueue("status") == (
-        "queue    init  processing  retry  error  max_retry  done  cancelled"
+        "queue    scheduled  waiting  running  failed  done  cancelled"
         "  oldest_waiting_s  busy_workers  done_1h  failed_attempts_1h  dead_letters_1h\n"
-        "default     0           2      0      0          0     0          0"
+        "default          0        0        2       0     0          0"
         "                 -             2        0                   0                0\n"
-        "emails      1           0      0      0          1     2          0"
+        "emails           1        0        0       1     2          0"
         "                 -             0        1                   2                1\n"
         "Busy workers (holding a job now): 2\n"
     )
+
+
+def test_status__states_split_init_and_retry_jobs_by_run_at() -> None:
+    later = timezone.now() + timedelta(hours=1)
+    make_job(queue="emails", status=JobStatus.INIT)
+    make_job(queue="emails", status=JobStatus.RETRY)
+    make_job(queue="emails", status=JobStatus.RETRY, run_at=later)
+    make_job(queue="emails", status=JobStatus.INIT, run_at=later)
+    make_job(queue="emails", status=JobStatus.ERROR)
+    make_job(queue="emails", status=JobStatus.MAX_RETRY)
+    make_job(queue="emails", status=JobStatus.CANCELLED)
+    running("host:1:w1", queue="emails")
+
+    [emails] = json.loads(jobqueue("status", "--json"))["queues"]
+
+    assert emails["states"] == {
+        "scheduled": 2, "waiting": 2, "running": 1, "failed": 2, "done": 0, "cancelled": 1,
+    }  # fmt: skip
+    # The stored statuses stay in the JSON, beside the words.
+    assert emails["counts"] == {
+        "init": 2, "retry": 2, "processing": 1, "error": 1, "max_retry": 1, "done": 0,
+        "cancelled": 1,
+    }  # fmt: skip
+    [row] = [line.split() for line in jobqueue("status").splitlines() if line.startswith("emails")]
+    assert row[1:7] == ["2", "2", "1", "2", "0", "1"]
 
 
 def test_status__a_queue_whose_jobs_are_gone_is_reported_by_its_statistics() -> None:

@@ -1,8 +1,9 @@
 """What the console pages read, each query bounded on a big job table.
 
 No full-table count: waiting and scheduled jobs are counted over the claim index
-(``waiting`` leads it), running ones over the lease index, dead letters over the
-status index; finished work comes from :class:`~django_jobqueue.models.JobStat`.
+(``waiting`` leads it), running ones and dead letters over the partial indexes of
+their rows (PostgreSQL; the status indexes elsewhere); finished work comes from
+:class:`~django_jobqueue.models.JobStat`.
 Filters and sorts from the URL go through :class:`JobFilter`, a form whose choices
 are the only values that reach a query.
 """

@@ -15,6 +15,7 @@ from typing import Any
 from django_jobqueue import maintenance
 from django_jobqueue.models import JobStatus
 from django_jobqueue.overview import QueueRow, overview, stat_totals
+from django_jobqueue.store import states
 
 __all__ = ["STATS_COLUMNS", "queue_report", "table_cells"]
 
@@ -35,11 +36,11 @@ def queue_report(using: str, queues: list[str] | None) -> list[dict[str, Any]]:
     Returns
     -------
     list of dict
-        :meth:`maintenance.QueueStatus.as_dict` (``counts`` by status,
-        ``oldest_waiting_s``, ``busy_workers``) plus ``paused``, ``last_hour``
-        (``done``, ``failed_attempts``: every failed attempt, ``dead_letters``: those
-        that failed for good) and ``totals`` (the same since install, and
-        ``deduplicated``).
+        :meth:`maintenance.QueueStatus.as_dict` (``counts`` by stored status,
+        ``states`` by state word, ``oldest_waiting_s``, ``busy_workers``) plus
+        ``paused``, ``last_hour`` (``done``, ``failed_attempts``: every failed
+        attempt, ``dead_letters``: those that failed for good) and ``totals``
+        (the same since install, and ``deduplicated``).
     """
     glance = {row.queue: row for row in overview(using)}
     rows = {row.queue: row for row in maintenance.queue_status(using, queues=queues)}
@@ -54,7 +55,9 @@ def queue_report(using: str, queues: list[str] | None) -> list[dict[str, Any]]:
     report = []
     for name in names:
         row = rows.get(name) or maintenance.QueueStatus(
-            queue=name, counts=dict.fromkeys(JobStatus.values, 0)
+            queue=name,
+            counts=dict.fromkeys(JobStatus.values, 0),
+            states=dict.fromkeys(states.STATES, 0),
         )
         seen = glance.get(name) or QueueRow(queue=name)
         total = totals.get(name, dict.fromkeys(("done", "retried", "failed", "dup"), 0))

@@ -149,6 +149,9 @@ def test_console_in_a_real_browser(live_server, browser, worker):
     assert page.locator("#chart-minute svg rect.jq-done").count() >= 15
     assert page.locator("#chart-hour svg rect.jq-done").count() >= 10
     assert page.locator("#queues tr[data-queue=emails] td").nth(1).inner_text() == "12"
+    # The job columns are the state words (docs/console.md#states).
+    headers = page.locator("#queues thead th").all_text_contents()  # before CSS case
+    assert headers[1:5] == ["Waiting", "Scheduled", "Running", "Failed"]
     shot(page, "overview")
 
     page.goto(f"{live_server.url}/console/jobs/?state=failed")

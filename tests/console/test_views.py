@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
+
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from django_jobqueue.models import Job, JobStatus, QueuePause, ScheduleJob
 from django_jobqueue.store.workerstats import StatsBuffer, register_worker
@@ -198,6 +202,31 @@ def test_overview__counts_and_charts(clients):
     assert body.count('class="jq-bar jq-dead-letters"') == 2 and "dead letters (1)" in body
     assert "retried (2)" in body
     assert '<meta http-equiv="refresh"' in body
+
+
+def test_overview__columns_use_the_state_words(clients):
+    """docs/console.md#states: Scheduled and Waiting count init and retry jobs alike by
+    their run_at, the retry ones named beside; Failed is the dead letters."""
+    later = timezone.now() + timedelta(hours=1)
+    make_jobs(2, queue="mail")
+    make_job(queue="mail", status=JobStatus.RETRY)
+    make_jobs(3, queue="mail", status=JobStatus.RETRY, run_at=later)
+    make_job(queue="mail", status=JobStatus.INIT, run_at=later)
+    make_job(queue="mail", status=JobStatus.MAX_RETRY)
+    make_job(queue="mail", status=JobStatus.ERROR)
+    response = clients["staff"].get(url("overview"))
+    row = next(q for q in response.context["queues"] if q.queue == "mail")
+    assert row.by_state == {"scheduled": 4, "waiting": 3, "running": 0, "failed": 2}
+    assert (row.retrying, row.retrying_due, row.retrying_scheduled) == (4, 1, 3)
+    body = response.content.decode()
+    head = body[body.index("<thead>") : body.index("</thead>")]
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", head)
+    assert headers[:5] == ["Queue", "Waiting", "Scheduled", "Running", "Failed"]
+    assert "Retrying" not in head and "Dead<" not in head
+    cells = body[body.index('data-queue="mail"') :]
+    assert "3 <span" in cells and "(1 retry)" in cells  # waiting: 2 init + 1 retry
+    assert "4 <span" in cells and "(3 retry)" in cells  # scheduled: 1 init + 3 retry
+    assert "state=failed" in cells and "state=dead" not in cells
 
 
 def test_workers_page__lists_live_workers(clients):

@@ -37,8 +37,9 @@ from django_jobqueue.management import cancelling, filtering, pausing, schedulin
 from django_jobqueue.management import status as status_report
 from django_jobqueue.management.arguments import add_database as _add_database
 from django_jobqueue.management.arguments import name as _name
-from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, Worker
+from django_jobqueue.models import DEAD_STATUSES, Job, Worker
 from django_jobqueue.operations import act_in_batches
+from django_jobqueue.store import states
 from django_jobqueue.store.audit import cli_actor, prune_audit, record
 from django_jobqueue.store.licence import current_licence, describe_licence
 from django_jobqueue.store.pauses import paused_queues
@@ -148,7 +149,8 @@ def _jobs_database(database: str | None) -> str:
 
 # status -------------------------------------------------------------------------
 
-_STATUS_COLUMNS = list(JobStatus.values)
+#: The count columns of the status table: the state words (docs/console.md#states).
+_STATUS_COLUMNS = list(states.STATES)
 
 
 def _status_arguments(parser: CommandParser) -> None:
@@ -173,7 +175,8 @@ def _format_age(seconds: float | None) -> str:
 
 @subcommand(
     "status",
-    help="Per queue: jobs by status, the oldest due job's wait (s), the busy workers and "
+    help="Per queue: jobs by state (scheduled, waiting, running, failed, done, cancelled), "
+    "the oldest due job's wait (s), the busy workers and "
     "the attempts done, failed and dead-lettered in the last hour; then the live "
     "workers, idle ones included.",
     arguments=_status_arguments,
@@ -215,7 +218,7 @@ def _status(
     table = [
         [
             row["queue"],
-            *(str(row["counts"][value]) for value in _STATUS_COLUMNS),
+            *(str(row["states"][word]) for word in _STATUS_COLUMNS),
             _format_age(row["oldest_waiting_s"]),
             str(row["busy_workers"]),
             *status_report.table_cells(row),
