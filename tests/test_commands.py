@@ -55,11 +55,11 @@ def test_status__table() -> None:
 
     # The count columns are the state words (docs/console.md#states), not stored statuses.
     assert jobqueue("status") == (
-        "queue    scheduled  waiting  running  failed  done  cancelled"
+        "queue    scheduled  waiting  running  failed  done  cancelled  blocked"
         "  oldest_waiting_s  busy_workers  done_1h  failed_attempts_1h  dead_letters_1h\n"
-        "default          0        0        2       0     0          0"
+        "default          0        0        2       0     0          0        0"
         "                 -             2        0                   0                0\n"
-        "emails           1        0        0       1     2          0"
+        "emails           1        0        0       1     2          0        0"
         "                 -             0        1                   2                1\n"
         "Busy workers (holding a job now): 2\n"
     )
@@ -80,11 +80,12 @@ def test_status__states_split_init_and_retry_jobs_by_run_at() -> None:
 
     assert emails["states"] == {
         "scheduled": 2, "waiting": 2, "running": 1, "failed": 2, "done": 0, "cancelled": 1,
+        "blocked": 0,
     }  # fmt: skip
     # The stored statuses stay in the JSON, beside the words.
     assert emails["counts"] == {
         "init": 2, "retry": 2, "processing": 1, "error": 1, "max_retry": 1, "done": 0,
-        "cancelled": 1,
+        "cancelled": 1, "blocked": 0,
     }  # fmt: skip
     [row] = [line.split() for line in jobqueue("status").splitlines() if line.startswith("emails")]
     assert row[1:7] == ["2", "2", "1", "2", "0", "1"]
