@@ -108,6 +108,7 @@ def test_status__every_job_status_maps_to_a_task_status():
     expected = {
         JobStatus.INIT: TaskResultStatus.READY,
         JobStatus.RETRY: TaskResultStatus.READY,
+        JobStatus.BLOCKED: TaskResultStatus.READY,
         JobStatus.PROCESSING: TaskResultStatus.RUNNING,
         JobStatus.ERROR: TaskResultStatus.FAILED,
         JobStatus.MAX_RETRY: TaskResultStatus.FAILED,

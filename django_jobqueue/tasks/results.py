@@ -102,6 +102,8 @@ def job_status_to_task_status(status: str) -> Any:
     statuses: dict[str, Any] = {
         JobStatus.INIT: TaskResultStatus.READY,
         JobStatus.RETRY: TaskResultStatus.READY,
+        # Waiting for upstream jobs (docs/workflows.md): queued, not started.
+        JobStatus.BLOCKED: TaskResultStatus.READY,
         JobStatus.PROCESSING: TaskResultStatus.RUNNING,
         JobStatus.ERROR: TaskResultStatus.FAILED,
         JobStatus.MAX_RETRY: TaskResultStatus.FAILED,
