@@ -33,8 +33,10 @@ def test_the_changelist_filters_by_batch_and_by_workflow(admin_client: Client) -
         b = jq.enqueue_job(None, "flows.noop")
     with jq.batch() as second:
         c = jq.enqueue_job(None, "flows.noop")
-    w = jq.Workflow("nightly <import>").add("fetch", "flows.noop").add(
-        "load", "flows.noop", after=["fetch"]
+    w = (
+        jq.Workflow("nightly <import>")
+        .add("fetch", "flows.noop")
+        .add("load", "flows.noop", after=["fetch"])
     )
     flow = w.enqueue()
     plain = jq.enqueue_job(None, "flows.noop")

@@ -68,9 +68,9 @@ def test_tasks_in_a_batch_block_join_it_and_its_callback_runs_once() -> None:
     drain()
     row = Batch.objects.get(pk=b.id)
     assert (row.total, row.done, row.finished_at is not None) == (4, 4, True)
-    assert list(RunRecord.objects.filter(label="callback:finish").values_list("jid", flat=True)) == [
-        row.finish_jid
-    ]
+    assert list(
+        RunRecord.objects.filter(label="callback:finish").values_list("jid", flat=True)
+    ) == [row.finish_jid]
 
 
 def test_add_task_builds_a_workflow_of_task_calls() -> None:
@@ -84,7 +84,10 @@ def test_add_task_builds_a_workflow_of_task_calls() -> None:
     drain()
     assert t.add.get_result(jids["sum"]).return_value == 3
     result = t.echo.get_result(jids["echo"])
-    assert (result.status, result.return_value) == (SUCCESSFUL, {"args": ["x"], "kwargs": {"k": "v"}})
+    assert (result.status, result.return_value) == (
+        SUCCESSFUL,
+        {"args": ["x"], "kwargs": {"k": "v"}},
+    )
 
 
 def test_bad_links_are_refused_and_write_nothing() -> None:

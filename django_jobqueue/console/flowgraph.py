@@ -77,7 +77,8 @@ def workflow_svg(
     Parameters
     ----------
     steps
-        The workflow's steps with their edges (:func:`~django_jobqueue.flows.reading.workflow_graph`).
+        The workflow's steps with their edges
+        (:func:`~django_jobqueue.flows.reading.workflow_graph`).
     state_of
         A step's state word (``blocked``, ``waiting``, ``running``, ``done``, ...).
     job_url
@@ -146,7 +147,8 @@ def workflow_svg(
                 '<a class="jq-node" href="{}" data-step="{}" data-state="{}" data-jid="{}">'
                 "<title>{}: {} ({})</title>"
                 '<rect x="{}" y="{}" width="{}" height="{}" rx="6" fill="{}" stroke="#555"/>'
-                '<text x="{}" y="{}" font-size="12" text-anchor="middle" font-weight="bold">{}</text>'
+                '<text x="{}" y="{}" font-size="12" text-anchor="middle" '
+                'font-weight="bold">{}</text>'
                 '<text class="jq-node-state" x="{}" y="{}" font-size="11" '
                 'text-anchor="middle">{}</text></a>',
                 job_url(step.job.jid),

@@ -72,8 +72,7 @@ def order_steps(steps: list[StepIn]) -> list[int]:
             if name not in index:
                 raise GatewayError(
                     "invalid_request",
-                    f"Step {step.name!r} comes after {name!r}, which is no step of this "
-                    "workflow.",
+                    f"Step {step.name!r} comes after {name!r}, which is no step of this workflow.",
                     field=f"steps[{i}].after",
                 )
     order: list[int] = []

@@ -146,7 +146,8 @@ class JobIn(_In):
         None, description="An existing batch's id to join (docs/workflows.md); POST /sdk/jobs only."
     )
     after: Annotated[list[Jid], Field(min_length=1, max_length=1000)] | None = Field(
-        None, description="Jids of jobs this one waits for (docs/workflows.md); POST /sdk/jobs only."
+        None,
+        description="Jids of jobs this one waits for (docs/workflows.md); POST /sdk/jobs only.",
     )
     on_upstream_failure: Literal["cancel", "skip", "ignore"] | None = Field(
         None, description="With after: what an upstream job's death does to this one."

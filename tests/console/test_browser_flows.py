@@ -80,7 +80,13 @@ def test_a_workflow_graph_and_a_retried_step_resuming_it(live_server, browser, f
     # The first run: upload dies (its first run always fails), so merge, which waits
     # for it under the default policy, ends cancelled without running.
     flow_url = f"{live_server.url}/console/workflows/{result.id}/"
-    failed = {"fetch": "done", "thumb": "done", "exif": "done", "upload": "failed", "merge": "cancelled"}
+    failed = {
+        "fetch": "done",
+        "thumb": "done",
+        "exif": "done",
+        "upload": "failed",
+        "merge": "cancelled",
+    }
     assert states_until(page, flow_url, failed) == failed
     assert page.locator("#graph svg a.jq-node").count() == 5
     assert page.locator("#graph svg path.jq-edge").count() == 6

@@ -37,7 +37,9 @@ def diamond() -> jq.WorkflowResult:
 
 
 def nodes(html: str) -> dict[str, str]:
-    return dict(re.findall(r'<a class="jq-node" href="[^"]+" data-step="([^"]+)" data-state="(\w+)"', html))
+    return dict(
+        re.findall(r'<a class="jq-node" href="[^"]+" data-step="([^"]+)" data-state="(\w+)"', html)
+    )
 
 
 @pytest.mark.parametrize("role", ["anonymous", "nonstaff"])
@@ -54,7 +56,12 @@ def test_a_workflow_page_draws_each_step_with_its_state_and_links(clients):
     assert page.status_code == 200
     html = page.content.decode()
     assert "diamond &lt;b&gt;" in html and "diamond <b>" not in html  # escaped
-    assert nodes(html) == {"fetch": "waiting", "left": "blocked", "right": "blocked", "merge": "blocked"}
+    assert nodes(html) == {
+        "fetch": "waiting",
+        "left": "blocked",
+        "right": "blocked",
+        "merge": "blocked",
+    }
     for name, jid in result.items():
         assert f'href="{url("job", jid)}" data-step="{name}"' in html
     assert html.count('<path class="jq-edge jq-edge-pending"') == 4
@@ -62,7 +69,12 @@ def test_a_workflow_page_draws_each_step_with_its_state_and_links(clients):
 
     run_one()
     html = clients["staff"].get(url("workflow", result.id)).content.decode()
-    assert nodes(html) == {"fetch": "done", "left": "waiting", "right": "waiting", "merge": "blocked"}
+    assert nodes(html) == {
+        "fetch": "done",
+        "left": "waiting",
+        "right": "waiting",
+        "merge": "blocked",
+    }
     assert html.count('<path class="jq-edge jq-edge-done"') == 2
 
 

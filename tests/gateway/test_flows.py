@@ -15,7 +15,13 @@ pytestmark = pytest.mark.django_db
 
 
 def step(name: str, *after: str, **extra: object) -> dict[str, object]:
-    return {"name": name, "job_type": "gw.echo", "payload": {"step": name}, "after": list(after), **extra}
+    return {
+        "name": name,
+        "job_type": "gw.echo",
+        "payload": {"step": name},
+        "after": list(after),
+        **extra,
+    }
 
 
 def diamond() -> dict[str, object]:
@@ -130,9 +136,12 @@ def test_workflow_scopes_and_queues(make_token, client_for) -> None:
     producer = client_for(make_token(scopes=("produce",)))
     assert producer.get(f"/sdk/workflows/{created['id']}").status_code == 403
     assert narrow.get(f"/sdk/workflows/{created['id']}").status_code == 403
-    assert client_for(make_token(scopes=("read",), queues=("gw",))).get(
-        f"/sdk/workflows/{created['id']}"
-    ).status_code == 200
+    assert (
+        client_for(make_token(scopes=("read",), queues=("gw",)))
+        .get(f"/sdk/workflows/{created['id']}")
+        .status_code
+        == 200
+    )
 
 
 def test_unknown_ids_are_404(api: Api) -> None:
