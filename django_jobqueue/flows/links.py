@@ -139,9 +139,10 @@ def create_linked(
     using = specs[0].using
     block = current.open_block()
     with transaction.atomic(using=using):
-        if link.batch_id is not None and not _batch_open(using, link.batch_id):
-            raise InvalidRequest(f"No batch has id {link.batch_id}.")
         upstream = _lock_upstream(using, link.after) if link.after else {}
+        if link.batch_id is not None:
+            # After the upstream rows: a job's end locks its row, then its batch's.
+            _lock_open_batch(using, link.batch_id)
         results = create_many(specs) if many else [Job.objects.create_job(specs[0])]
         new = [result.jid for result in results if not result.deduplicated]
         if new:
@@ -161,8 +162,30 @@ def create_linked(
     return results
 
 
-def _batch_open(using: str, batch_id: int) -> bool:
-    return Batch.objects.using(using).filter(pk=batch_id).exists()
+def _lock_open_batch(using: str, batch_id: int) -> None:
+    """Lock the batch's row and check that it has not finished.
+
+    A finished batch's callbacks were made; a job joined after them would be counted
+    by no callback, so it is refused. The row lock keeps the batch from finishing
+    (:func:`~django_jobqueue.flows.endings.settle_tallies` locks it too) until the new
+    job is counted.
+
+    Raises
+    ------
+    InvalidRequest
+        If no batch has this id, or it has finished.
+    """
+    rows = Batch.objects.using(using).filter(pk=batch_id)
+    if connections[using].features.has_select_for_update:
+        rows = rows.select_for_update()
+    row = rows.values_list("pk", "finished_at").first()
+    if row is None:
+        raise InvalidRequest(f"No batch has id {batch_id}.")
+    if row[1] is not None:
+        raise InvalidRequest(
+            f"Batch {batch_id} has finished (its callbacks were made): a job can join a "
+            "batch only until every job of it has ended; make a new batch."
+        )
 
 
 def _lock_upstream(using: str, jids: Sequence[str]) -> dict[int, str]:

@@ -8,6 +8,7 @@ import pytest
 
 import django_jobqueue as jq
 from django_jobqueue import storage
+from django_jobqueue.core.exceptions import InvalidRequest
 from django_jobqueue.models import Batch, Dependency, Job, JobStatus, Workflow
 from tests.gateway.conftest import Api, table_counts
 
@@ -173,6 +174,22 @@ def test_a_job_joins_an_open_batch_and_the_batch_is_read(api: Api) -> None:
     callback = Batch.objects.get(pk=b.id).finish_jid
     assert answer["on_finish"] == {"job_type": "gw.echo", "jid": callback}
     assert Job.objects.get(jid=callback).payload["batch"] == b.id
+
+
+def test_a_finished_batch_is_joined_by_nothing(api: Api) -> None:
+    with jq.batch(on_finish="gw.echo") as b:
+        jq.enqueue_job(None, "gw.echo")
+    run_one()
+    finished = Batch.objects.get(pk=b.id)
+    assert finished.finished_at is not None and finished.finish_jid
+    before = table_counts()
+    response = api.post("/sdk/jobs", {"job_type": "gw.echo", "batch": b.id})
+    assert response.status_code == 422, response.content
+    assert response.json()["field"] == "batch" and "finished" in response.json()["detail"]
+    with pytest.raises(InvalidRequest, match="finished"):
+        jq.enqueue_job(None, "gw.echo", batch=b.id)
+    assert table_counts() == before
+    assert Batch.objects.get(pk=b.id).total == 1
 
 
 def test_after_makes_a_job_wait_and_bad_links_are_422(api: Api) -> None:
