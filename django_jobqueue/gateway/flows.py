@@ -26,7 +26,7 @@ from ..core.exceptions import JobQueueError
 from ..core.origin import enqueued_by
 from ..enqueue import jobs_database
 from ..flows.graph import Workflow as WorkflowBuilder
-from ..flows.reading import workflow_graph
+from ..flows.reading import MAX_STEPS, workflow_graph
 from ..models import ApiToken, Batch, Job, Workflow
 from ..store import apitokens, states
 from .auth import origin_of, require
@@ -249,7 +249,7 @@ def get_workflow(request: HttpRequest, workflow_id: int) -> Any:
             "state": states.state_word(step.job, now),
             "after": step.after,
         }
-        for step in workflow_graph(row.pk, using)
+        for step in workflow_graph(row.pk, using, MAX_STEPS + 1)
     ]
     return {
         "id": row.pk,
@@ -258,5 +258,6 @@ def get_workflow(request: HttpRequest, workflow_id: int) -> Any:
         **row.counts(),
         "created_at": row.created_at,
         "finished_at": row.finished_at,
-        "steps": steps,
+        "steps": steps[:MAX_STEPS],
+        "steps_truncated": len(steps) > MAX_STEPS,
     }

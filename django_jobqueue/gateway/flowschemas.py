@@ -119,3 +119,5 @@ class WorkflowStateOut(Schema):
     created_at: datetime
     finished_at: datetime | None
     steps: list[StepOut]
+    #: True when the workflow has more steps than the answer lists (the first 2,000).
+    steps_truncated: bool

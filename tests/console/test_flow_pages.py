@@ -116,6 +116,7 @@ def test_a_batch_page_shows_counts_progress_callbacks_and_jobs(clients):
     assert finish and url("job", finish) in html
     assert 'data-kind="on_failure"' in html and html.count("not made yet") == 1
     assert "finished" in html
+    assert f'/admin/django_jobqueue/job/?batch={b.id}"' in html
 
 
 def test_a_jobs_page_links_its_batch_and_workflow(clients):

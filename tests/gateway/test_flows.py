@@ -79,6 +79,7 @@ def test_get_workflow_reads_each_steps_state_as_it_runs(api: Api) -> None:
         run_one()
     answer = api.get(f"/sdk/workflows/{created['id']}").json()
     assert (answer["done"], answer["pending"]) == (4, 0)
+    assert answer["steps_truncated"] is False
     assert answer["finished_at"] is not None
 
 

@@ -82,7 +82,10 @@ export interface WorkflowState extends Counts {
   id: number;
   name: string;
   on_upstream_failure: UpstreamPolicy;
+  /** The first 2,000 steps, in creation order. */
   steps: StepState[];
+  /** True when the workflow has more steps than `steps` lists. */
+  steps_truncated: boolean;
 }
 
 function isoTime(value: Date | string | undefined): string | undefined {
