@@ -58,6 +58,10 @@ def ms(value: Any) -> str:
     return DASH if value is None else f"{value:.1f}"
 
 
+def _ratio(value: Any) -> str:
+    return DASH if value is None else f"{value:.2f}"
+
+
 def rows(results: dict[str, Any]) -> list[tuple[str, list[str]]]:
     """Return the table's rows: (label, one cell per database in ``DATABASES`` order)."""
 
@@ -114,6 +118,14 @@ def rows(results: dict[str, Any]) -> list[tuple[str, list[str]]]:
                     _get(results, "drain", db, "statements_per_job", "server_transactions_per_job")
                 )
             ),
+        ),
+        (
+            "batch with on_finish / plain drain, 1 x 4 (ratio of steady rates)",
+            per_db(lambda db: _ratio(_get(results, "workflows", db, "ratio"))),
+        ),
+        (
+            "batch's on_finish started after its last job (ms)",
+            per_db(lambda db: ms(_get(results, "workflows", db, "callback_delay_ms"))),
         ),
         ("pickup p50 / p95 / p99 ms (PostgreSQL: NOTIFY; others: polling)", per_db(pickup)),
         ("pickup floor, plain psycopg without a queue, p50 / p95 / p99 ms", per_db(floor)),

@@ -13,9 +13,12 @@ its own process on a scratch database (bench/common.py's, bench/enqueue.py's)::
 2. bench/drain.py per database: ``runworkers --burst`` at 1 x 4 and 4 x 1 (median of
    the rounds) and statements per drained job, then on PostgreSQL a drain under
    ``py-spy record`` whose collapsed stacks are saved beside the results;
-3. bench/pickup.py per database (LISTEN/NOTIFY on PostgreSQL, polling elsewhere), and
+3. bench/workflows.py per database: a batch with ``on_finish`` against a plain drain
+   (ratio, callback delay) and, on PostgreSQL, the claim's plan with 1,001 blocked
+   jobs of a workflow waiting;
+4. bench/pickup.py per database (LISTEN/NOTIFY on PostgreSQL, polling elsewhere), and
    on PostgreSQL bench/pickup_floor.py: the same pickup in plain psycopg, no queue;
-4. bench/bigdrain.py on PostgreSQL: 10,000 against 1,000,000 waiting.
+5. bench/bigdrain.py on PostgreSQL: 10,000 against 1,000,000 waiting.
 
 It prints the table (bench/report.py), writes ``.artifacts/bench/results-<UTC
 time>.json`` and ``latest.json``, and rewrites the README's "Benchmarks (last run)"
@@ -181,6 +184,7 @@ def run(config: dict[str, Any], stamp: str) -> dict[str, Any]:
         "enqueue": {},
         "drain": {},
         "pickup": {},
+        "workflows": {},
         "errors": [],
     }
 
@@ -215,6 +219,16 @@ def run(config: dict[str, Any], stamp: str) -> dict[str, Any]:
             results["drain"][db] = found
         if db == "postgres":
             results["profile"] = profile(found)
+    for db in config["databases"]:
+        args = ["--db", db, "--jobs", str(config["drain"]), "--rounds", str(config["repeat"])]
+        found = attempt(
+            lambda db=db, args=args: phase(
+                f"batch and workflow on {db}", "workflows.py", *args, timeout=1800
+            ),
+        )
+        if found is not None:
+            found.pop("rounds", None)
+            results["workflows"][db] = found
     for db in config["databases"]:
         args = ["--db", db, "--jobs", str(config["pickup"])]
         found = attempt(

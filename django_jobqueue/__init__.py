@@ -106,9 +106,10 @@ from .core.exceptions import (
 
 if TYPE_CHECKING:
     from .enqueue import EnqueueResult, aenqueue_job, aenqueue_many, enqueue_job, enqueue_many
-    from .flows.batches import BatchHandle, batch, get_batch
+    from .flows.batches import BatchHandle, aget_batch, batch, get_batch
     from .flows.canvas import Signature, chain, chord, group, signature
     from .flows.graph import Workflow, WorkflowResult
+    from .flows.links import wait_for
     from .handle import JobHandle, job
     from .store.registry import JobDescription
 
@@ -133,6 +134,7 @@ __all__ = [
     "WrongDatabase",
     "aenqueue_job",
     "aenqueue_many",
+    "aget_batch",
     "batch",
     "chain",
     "chord",
@@ -142,6 +144,7 @@ __all__ = [
     "group",
     "job",
     "signature",
+    "wait_for",
 ]
 
 #: The lazily imported public names and the submodule each comes from.
@@ -157,6 +160,7 @@ _LAZY = {
     "BatchHandle": "flows.batches",
     "batch": "flows.batches",
     "get_batch": "flows.batches",
+    "aget_batch": "flows.batches",
     "Signature": "flows.canvas",
     "chain": "flows.canvas",
     "chord": "flows.canvas",
@@ -164,6 +168,7 @@ _LAZY = {
     "signature": "flows.canvas",
     "Workflow": "flows.graph",
     "WorkflowResult": "flows.graph",
+    "wait_for": "flows.links",
 }
 
 

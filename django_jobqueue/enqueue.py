@@ -32,7 +32,7 @@ from .core.validation import (
     json_text,
 )
 from .flows.current import open_block
-from .flows.links import FLOW_OPTIONS, create_linked, pop_link
+from .flows.links import FLOW_OPTIONS, create_linked, pop_link, pop_wait
 from .models import Job
 from .store.jobstats import count_deduplicated
 from .store.managers import EnqueueResult, JobSpec
@@ -219,8 +219,8 @@ _OPTIONS = frozenset(
 )  # fmt: skip
 #: The options of a job of :func:`enqueue_many`: those, and an id.
 _MANY_OPTIONS = _OPTIONS | {"job_id"}
-_OPTIONS |= FLOW_OPTIONS  # docs/workflows.md; enqueue_many takes "batch" alone
-_MANY_OPTIONS |= {"batch"}
+_OPTIONS |= FLOW_OPTIONS  # docs/workflows.md
+_MANY_OPTIONS |= FLOW_OPTIONS
 
 
 def _check_options(options: dict[str, Any], allowed: frozenset[str]) -> None:
@@ -245,7 +245,9 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     jobs:
         One mapping per job: ``{"queue": ..., "job_type": ..., "payload": ...,
         **options}``, with the options of :func:`enqueue_job` and ``job_id`` (an
-        id, 1 to 1,024 bytes: docs/design.md#ids). ``queue`` may be left out or None (the job
+        id, 1 to 1,024 bytes: docs/design.md#ids). ``after`` and
+        ``on_upstream_failure`` are each job's own; a ``batch`` must be the same
+        for every job that gives one (docs/workflows.md). ``queue`` may be left out or None (the job
         type's queue); ``payload`` defaults to None.
 
     Returns
@@ -274,6 +276,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     check_batch(jobs, "jobs")
     specs = []
     batches: set[Any] = set()
+    waits: list[Any] = []  # per job: (upstream jids, policy) or None (docs/workflows.md)
     # Jobs of a batch mostly share their type, queue and options: those are validated
     # once per distinct set (keyed with their types, so 1 and True stay apart), and
     # each job's payload on its own. A job with an id or a key is validated whole.
@@ -288,6 +291,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
             options = dict(job)
             if "batch" in options:
                 batches.add(options.pop("batch"))
+            waits.append(pop_wait(options))
             queue = options.pop("queue", None)
             job_type = options.pop("job_type", None)
             payload = options.pop("payload", None)
@@ -310,9 +314,9 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     if len(batches) > 1:
         raise InvalidRequest("jobs: every job of one enqueue_many joins the same batch.")
     link = pop_link({"batch": batches.pop()}) if batches else None
-    if link is None and open_block() is None:
+    if link is None and open_block() is None and not any(waits):
         return create_many(specs)
-    return create_linked(specs, link, many=True) if specs else []
+    return create_linked(specs, link, many=True, waits=waits) if specs else []
 
 
 #: Options that make each job of a batch its own (no shared validation).

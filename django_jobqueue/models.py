@@ -206,7 +206,7 @@ class Job(models.Model):
         blank=True,
         on_delete=models.DO_NOTHING,
         db_constraint=False,
-        db_index=False,  # migration 0019's index, partial where the database allows
+        db_index=False,  # migration 0020's index, partial where the database allows
         related_name="jobs",
         editable=False,
     )
@@ -217,7 +217,7 @@ class Job(models.Model):
         blank=True,
         on_delete=models.DO_NOTHING,
         db_constraint=False,
-        db_index=False,  # migration 0019's index, partial where the database allows
+        db_index=False,  # migration 0020's index, partial where the database allows
         related_name="jobs",
         editable=False,
     )

@@ -39,6 +39,7 @@ RESULTS = {
         "sqlite": {"layouts": {"1x4": {"median": 255.0, "steady_median": 300.0}}},
     },
     "pickup": {"postgres": {"p50_ms": 1.62, "p95_ms": 2.5, "p99_ms": 4.54}},
+    "workflows": {"postgres": {"ratio": 0.923, "callback_delay_ms": 77.4}},
     "pickup_floor": {"db": "postgres", "p50_ms": 1.21, "p95_ms": 1.96, "p99_ms": 3.04},
     "big": {"sizes": {"10000": {"rate": 2000.0}, "1000000": {"rate": 1880.0}}, "ratio": 0.94},
     "profile": {"top_self": [["execute (django/db/backends/utils.py)", 0.125]]},
@@ -162,3 +163,10 @@ def test_settings_of_the_default_quick_and_partial_runs():
     quick = settings({"BENCH_QUICK": "1", "BENCH_BIG": "0", "BENCH_DATABASES": "sqlite, nope"})
     assert quick["quick"] and quick["big"] == [] and quick["databases"] == ["sqlite"]
     assert quick["drain"] < default["drain"] and quick["repeat"] == 1
+
+
+def test_table_shows_the_batch_ratio_and_callback_delay():
+    table = report.render_table(RESULTS)
+    label = "batch with on_finish / plain drain, 1 x 4 (ratio of steady rates)"
+    assert cells(table, label) == ["0.92", "—", "—"]
+    assert cells(table, "batch's on_finish started after its last job (ms)")[0] == report.ms(77.4)

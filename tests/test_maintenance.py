@@ -286,6 +286,7 @@ def test_queue_status__counts_oldest_wait_and_busy_workers() -> None:
         "max_retry": 0,
         "done": 0,
         "cancelled": 0,
+        "blocked": 0,  # waiting for upstream jobs (docs/workflows.md)
     }
     assert emails.busy_workers == 2
     assert emails.oldest_waiting_s is not None and 90 <= emails.oldest_waiting_s < 3_600

@@ -161,9 +161,7 @@ class StatusFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[Any]:
         """Each stored status, labelled with its state word."""
         return [
-            # blocked (docs/workflows.md) has no state word of its own: its label is itself.
-            (status, status_label(STATE_OF_STATUS.get(status, status), status))
-            for status in JobStatus.values
+            (status, status_label(STATE_OF_STATUS[status], status)) for status in JobStatus.values
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

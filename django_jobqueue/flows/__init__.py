@@ -8,7 +8,12 @@ and :mod:`django_jobqueue.storage` (docs/design.md#layers):
 - ``batches``: ``batch()``, ``get_batch()`` and the handle of an open batch;
 - ``graph``: the ``Workflow`` builder (steps, edges, cycle check, enqueue);
 - ``canvas``: ``Signature`` (``handle.s()``), ``chain``, ``group``, ``chord``;
+- ``results``: ``ctx.upstream``, the results of a job's upstream jobs;
 - ``endings``: what a job's end does to its batch, workflow and dependents, in
   the transaction of that end;
-- ``repair``: the housekeeping pass that finishes what a crash left undone.
+- ``hooks``: the one call each terminal write of storage, the reaper and the
+  operators' actions makes into ``endings``;
+- ``reopen``: a retried dead letter takes its end back and resumes its workflow;
+- ``repair``: the housekeeping pass that makes right, once, what a restored backup
+  or a row changed by hand left stranded.
 """

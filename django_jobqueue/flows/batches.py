@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from ..core.exceptions import InvalidOption, InvalidRequest
@@ -24,9 +25,9 @@ from ..models import Batch
 from ..store.managers import check_transaction
 from ..store.registry import get_job_description
 from . import current
-from .links import CHUNK, attach
+from .links import attach
 
-__all__ = ["BatchHandle", "batch", "callback_spec", "get_batch"]
+__all__ = ["BatchHandle", "aget_batch", "batch", "callback_spec", "get_batch", "open_batch"]
 
 
 def callback_spec(callback: Any, what: str) -> dict[str, Any] | None:
@@ -90,6 +91,20 @@ class BatchHandle:
         """Enqueue many jobs into this batch, all or nothing; see ``enqueue_many``."""
         return enqueue_many([{**job, "batch": self.id} for job in jobs])
 
+    def seal(self) -> None:
+        """Seal a batch made by :func:`open_batch`: it finishes once every job it has
+        ended (at once if they all have). Sealing a sealed batch does nothing more.
+
+        Raises
+        ------
+        InvalidRequest
+            If the batch does not exist.
+        """
+        with transaction.atomic(using=self.using):
+            if not Batch.objects.using(self.using).filter(pk=self.id).exists():
+                raise InvalidRequest(f"No batch has id {self.id}.")
+            seal(self.using, self.id, [])
+
     def get(self) -> Batch:
         """Return the batch's row, read now (its counts, ``finished_at``, callbacks)."""
         return Batch.objects.using(self.using).get(pk=self.id)
@@ -137,6 +152,33 @@ def batch(
     the batch and its jobs back; inside the caller's ``atomic()`` they commit with
     the caller's data. A batch with no job finishes when the block ends.
     """
+    using = jobs_database()
+    check_transaction(using)
+    with transaction.atomic(using=using):
+        handle = open_batch(on_finish, on_success, on_failure, queue)
+        block = current.OpenBlock(batch_id=handle.id, using=using)
+        token = current.set_block(block)
+        try:
+            yield handle
+        finally:
+            current.reset_block(token)
+        seal(using, handle.id, block.jids)
+
+
+def open_batch(
+    on_finish: Any = None,
+    on_success: Any = None,
+    on_failure: Any = None,
+    queue: str | None = None,
+) -> BatchHandle:
+    """Make a batch that takes jobs until its handle's :meth:`~BatchHandle.seal`.
+
+    For producers that add jobs over several requests or transactions (the
+    gateway, say): ``enqueue_job(..., batch=handle.id)`` adds one; the batch cannot
+    finish before it is sealed, however many of its jobs ended. Arguments and
+    errors are :func:`batch`'s; the batch is made in the caller's transaction (if
+    any) on the jobs' database.
+    """
     callbacks = {
         "on_finish": callback_spec(on_finish, "on_finish"),
         "on_success": callback_spec(on_success, "on_success"),
@@ -145,16 +187,9 @@ def batch(
     queue_name = "" if queue is None else check_queue(queue)
     using = jobs_database()
     check_transaction(using)
-    with transaction.atomic(using=using):
-        row = Batch(queue=queue_name, **callbacks)
-        row.save(using=using)
-        block = current.OpenBlock(batch_id=row.pk, using=using)
-        token = current.set_block(block)
-        try:
-            yield BatchHandle(row.pk, using)
-        finally:
-            current.reset_block(token)
-        seal(using, row.pk, block.jids)
+    row = Batch(queue=queue_name, **callbacks)
+    row.save(using=using)
+    return BatchHandle(row.pk, using)
 
 
 def seal(using: str, batch_id: int, jids: list[str]) -> None:
@@ -164,8 +199,7 @@ def seal(using: str, batch_id: int, jids: list[str]) -> None:
     """
     from .endings import settle_tallies  # endings imports the enqueue path
 
-    for start in range(0, len(jids), CHUNK * 20):
-        attach(using, jids[start : start + CHUNK * 20], batch_id=batch_id)
+    attach(using, jids, batch_id=batch_id)
     Batch.objects.using(using).filter(pk=batch_id).update(sealed=True)
     settle_tallies(using, batches=[batch_id])
 
@@ -185,3 +219,8 @@ def get_batch(batch_id: int) -> Batch | None:
     if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 1:
         raise InvalidRequest(f"A batch id is an int >= 1: got {batch_id!r}.")
     return Batch.objects.using(jobs_database()).filter(pk=batch_id).first()
+
+
+async def aget_batch(batch_id: int) -> Batch | None:
+    """Async twin of :func:`get_batch`."""
+    return await sync_to_async(get_batch)(batch_id)

@@ -68,6 +68,10 @@ class _Canvas(ABC):
         """Enqueue it as one workflow named ``name`` (default: the canvas' kind)."""
         return self.workflow(name).enqueue()
 
+    async def aenqueue(self, name: str | None = None) -> WorkflowResult:
+        """Async twin of :meth:`enqueue`."""
+        return await self.workflow(name).aenqueue()
+
     def __or__(self, other: Any) -> Chain:
         """``canvas | b.s()``: Celery's spelling of ``chain(canvas, b.s())``."""
         return Chain(self, other)

@@ -1,4 +1,5 @@
-"""The ``with batch()`` block open in this context (thread or asyncio task), if any.
+"""The ``with batch()`` and ``with wait_for()`` blocks open in this context (thread or
+asyncio task), if any.
 
 A leaf: :mod:`django_jobqueue.enqueue` reads it on every enqueue (one ``ContextVar``
 read), so it imports nothing that imports the enqueue path.
@@ -9,7 +10,15 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-__all__ = ["OpenBlock", "open_block", "reset_block", "set_block"]
+__all__ = [
+    "OpenBlock",
+    "open_after",
+    "open_block",
+    "reset_after",
+    "reset_block",
+    "set_after",
+    "set_block",
+]
 
 
 @dataclass
@@ -38,3 +47,25 @@ def set_block(block: OpenBlock | None) -> object:
 def reset_block(token: object) -> None:
     """Restore the block that was open before :func:`set_block` returned ``token``."""
     _block.reset(token)  # type: ignore[arg-type]
+
+
+#: The ``with wait_for()`` block open: (upstream jids, policy) every job enqueued in
+#: it waits for.
+_after: ContextVar[tuple[tuple[str, ...], str] | None] = ContextVar(
+    "django_jobqueue_wait_for", default=None
+)
+
+
+def open_after() -> tuple[tuple[str, ...], str] | None:
+    """Return the (upstream jids, policy) of the innermost ``with wait_for()``, or None."""
+    return _after.get()
+
+
+def set_after(after: tuple[tuple[str, ...], str] | None) -> object:
+    """Make ``after`` the open ``wait_for``; return the token :func:`reset_after` takes."""
+    return _after.set(after)
+
+
+def reset_after(token: object) -> None:
+    """Restore the ``wait_for`` that was open before :func:`set_after` returned ``token``."""
+    _after.reset(token)  # type: ignore[arg-type]

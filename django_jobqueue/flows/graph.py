@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from ..core.exceptions import InvalidOption, InvalidRequest
@@ -100,7 +101,8 @@ class Workflow:
 
     name: str
     on_upstream_failure: str = "cancel"
-    steps: dict[str, Step] = field(default_factory=dict)
+    #: The steps added so far, by name, in the order they were added.
+    steps: dict[str, Step] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         check_name(self.name, "A workflow's name")
@@ -196,6 +198,10 @@ class Workflow:
         for name in self.steps:
             visit(name, (name,))
         return [self.steps[name] for name in done]
+
+    async def aenqueue(self) -> WorkflowResult:
+        """Async twin of :meth:`enqueue`."""
+        return await sync_to_async(self.enqueue)()
 
     def enqueue(self) -> WorkflowResult:
         """Write the workflow, its jobs and its edges, all or nothing.

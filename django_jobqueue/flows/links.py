@@ -18,7 +18,8 @@ or waits for this transaction and then sees the edge (docs/workflows.md
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,8 @@ __all__ = [
     "check_policy",
     "create_linked",
     "pop_link",
+    "pop_wait",
+    "wait_for",
     "wait_many",
 ]
 
@@ -86,10 +89,40 @@ def _jids(after: Any) -> tuple[str, ...]:
     for jid in after:
         if hasattr(jid, "jid"):  # an EnqueueResult
             jid = jid.jid
+        elif isinstance(getattr(jid, "id", None), str):  # a django.tasks TaskResult
+            jid = jid.id
         if not isinstance(jid, str) or not jid or len(jid) > 32:
             raise InvalidOption(f"after must list jids (1 to 32 characters): got {jid!r}.")
         jids.append(jid)
     return tuple(dict.fromkeys(jids))
+
+
+@contextmanager
+def wait_for(*upstream: Any, on_upstream_failure: str = POLICY_CANCEL) -> Iterator[None]:
+    """Make every job enqueued inside the block wait for the jobs ``upstream``.
+
+    For code that enqueues through an API without an ``after`` option, Django's
+    ``task.enqueue()`` above all (docs/workflows.md "django.tasks")::
+
+        with wait_for(fetch_result):          # a TaskResult, EnqueueResult or jid
+            report.enqueue(month)
+
+    ``on_upstream_failure`` is the edges' policy (``cancel``, ``skip``, ``ignore``).
+    An ``after`` given to an enqueue inside the block wins over the block's. Whether
+    the jids name jobs is checked at each enqueue (``InvalidRequest``).
+
+    Raises
+    ------
+    InvalidOption
+        If an upstream is not a jid, an ``EnqueueResult`` or a ``TaskResult``, or the
+        policy is not one of the three.
+    """
+    after = (_jids(upstream), check_policy(on_upstream_failure))
+    token = current.set_after(after)
+    try:
+        yield
+    finally:
+        current.reset_after(token)
 
 
 def pop_link(options: dict[str, Any]) -> Link | None:
@@ -105,7 +138,11 @@ def pop_link(options: dict[str, Any]) -> Link | None:
         If one of them is malformed.
     """
     if options.keys().isdisjoint(FLOW_OPTIONS):
-        return None
+        scoped = current.open_after()  # a wait_for() block
+        return None if scoped is None else Link(after=scoped[0], policy=scoped[1])
+    if "after" not in options and (scoped := current.open_after()) is not None:
+        options.setdefault("on_upstream_failure", scoped[1])
+        options["after"] = scoped[0]
     after = _jids(options.pop("after", None) or ())
     batch = options.pop("batch", None)
     if batch is not None:
@@ -116,33 +153,58 @@ def pop_link(options: dict[str, Any]) -> Link | None:
     return Link(batch_id=batch, after=after, policy=policy)
 
 
+def pop_wait(options: dict[str, Any]) -> tuple[tuple[str, ...], str] | None:
+    """Take ``after`` and ``on_upstream_failure`` out of one job's ``options`` (of
+    ``enqueue_many``); return (upstream jids, policy), or None if it waits for none.
+
+    Raises
+    ------
+    InvalidOption
+        If one of them is malformed.
+    """
+    if "after" not in options and (scoped := current.open_after()) is not None:
+        options.setdefault("on_upstream_failure", scoped[1])
+        options["after"] = scoped[0]
+    after = _jids(options.pop("after", None) or ())
+    policy = check_policy(options.pop("on_upstream_failure", POLICY_CANCEL))
+    return (after, policy) if after else None
+
+
 def create_linked(
-    specs: Sequence[JobSpec], link: Link | None, *, many: bool
+    specs: Sequence[JobSpec],
+    link: Link | None,
+    *,
+    many: bool,
+    waits: Sequence[tuple[tuple[str, ...], str] | None] | None = None,
 ) -> list[EnqueueResult]:
     """Create the jobs of ``specs`` joined by ``link`` and the open ``with batch()`` block.
 
     ``many``: created as :func:`~django_jobqueue.bulk.create_many` does (answers
     ``deduplicated`` rather than raising); else ``specs`` is one job, created as
-    :func:`~django_jobqueue.enqueue.create_job` does. A deduplicated job (its id or
-    unique key held by another job) joins nothing: the holder is not this call's.
+    :func:`~django_jobqueue.enqueue.create_job` does. ``waits``: per spec, the jids
+    it waits for and the edges' policy (None: ``link.after`` and ``link.policy``
+    for every spec). A deduplicated job (its id or unique key held by another job)
+    joins nothing and waits for nothing: the holder is not this call's.
 
     Raises
     ------
     InvalidRequest
-        If ``link.batch_id`` names no batch, or ``link.after`` a jid no job has.
+        If ``link.batch_id`` names no batch, or an ``after`` a jid no job has.
     DuplicateJob, LockTimeout, WrongDatabase
         As the creation paths raise them. Nothing is written on any error.
     """
     from ..bulk import create_many  # the same layer; deferred as enqueue defers it
 
     link = link or Link()
+    if waits is None:
+        waits = [(link.after, link.policy) if link.after else None] * len(specs)
     using = specs[0].using
     block = current.open_block()
     with transaction.atomic(using=using):
-        upstream = _lock_upstream(using, link.after) if link.after else {}
         if link.batch_id is not None:
-            # After the upstream rows: a job's end locks its row, then its batch's.
-            _lock_open_batch(using, link.batch_id)
+            _check_open(using, link.batch_id)
+        wanted = [jid for wait in waits if wait is not None for jid in wait[0]]
+        upstream = _lock_upstream(using, list(dict.fromkeys(wanted))) if wanted else {}
         results = create_many(specs) if many else [Job.objects.create_job(specs[0])]
         new = [result.jid for result in results if not result.deduplicated]
         if new:
@@ -156,40 +218,51 @@ def create_linked(
                 workflow_id=link.workflow_id,
                 steps=dict.fromkeys(new, link.step) if link.step else None,
             )
-            if upstream:
-                pks = dict(Job.objects.using(using).filter(jid__in=new).values_list("jid", "pk"))
-                wait_many(using, [(pks[jid], upstream, link.policy) for jid in new])
+        waiting = [
+            (result.jid, wait)
+            for result, wait in zip(results, waits, strict=True)
+            if wait is not None and not result.deduplicated
+        ]
+        if waiting:
+            pks: dict[str, int] = {}
+            jids = [jid for jid, _wait in waiting]
+            for start in range(0, len(jids), CHUNK):
+                chunk = jids[start : start + CHUNK]
+                pks.update(Job.objects.using(using).filter(jid__in=chunk).values_list("jid", "pk"))
+            wait_many(
+                using,
+                [
+                    (pks[jid], {upstream[u][0]: upstream[u][1] for u in after}, policy)
+                    for jid, (after, policy) in waiting
+                ],
+            )
     return results
 
 
-def _lock_open_batch(using: str, batch_id: int) -> None:
-    """Lock the batch's row and check that it has not finished.
+def _check_open(using: str, batch_id: int) -> None:
+    """Lock batch ``batch_id``'s row until this transaction ends, if it has not finished.
 
-    A finished batch's callbacks were made; a job joined after them would be counted
-    by no callback, so it is refused. The row lock keeps the batch from finishing
-    (:func:`~django_jobqueue.flows.endings.settle_tallies` locks it too) until the new
-    job is counted.
+    A job of the batch adds jobs while it runs, so the batch cannot have finished
+    under it; from anywhere else, a finished batch (its callbacks made) takes no
+    more jobs.
 
     Raises
     ------
     InvalidRequest
-        If no batch has this id, or it has finished.
+        If there is no such batch, or it has finished.
     """
     rows = Batch.objects.using(using).filter(pk=batch_id)
     if connections[using].features.has_select_for_update:
         rows = rows.select_for_update()
-    row = rows.values_list("pk", "finished_at").first()
-    if row is None:
+    found = list(rows.values_list("finished_at", flat=True)[:1])
+    if not found:
         raise InvalidRequest(f"No batch has id {batch_id}.")
-    if row[1] is not None:
-        raise InvalidRequest(
-            f"Batch {batch_id} has finished (its callbacks were made): a job can join a "
-            "batch only until every job of it has ended; make a new batch."
-        )
+    if found[0] is not None:
+        raise InvalidRequest(f"Batch {batch_id} has finished: it takes no more jobs.")
 
 
-def _lock_upstream(using: str, jids: Sequence[str]) -> dict[int, str]:
-    """Lock the rows of ``jids`` in pk order; return {pk: status}.
+def _lock_upstream(using: str, jids: Sequence[str]) -> dict[str, tuple[int, str]]:
+    """Lock the rows of ``jids`` in pk order; return {jid: (pk, status)}.
 
     Raises
     ------
@@ -203,7 +276,7 @@ def _lock_upstream(using: str, jids: Sequence[str]) -> dict[int, str]:
     missing = [jid for jid in jids if jid not in found]
     if missing:
         raise InvalidRequest(f"after names jobs that do not exist: {missing[:5]}.")
-    return dict(found.values())
+    return found
 
 
 def wait_many(using: str, waits: Sequence[tuple[int, dict[int, str], str]]) -> None:

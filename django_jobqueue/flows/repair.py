@@ -11,13 +11,17 @@ updates as the end path (two workers repairing at once make it once), with a
 warning log line:
 
 1. an edge still ``pending`` whose upstream job has ended: its state is set
-   from the upstream's status and its dependent settled;
+   from the upstream's status and its dependent settled (an upstream job deleted
+   before it ended counts as failed);
 2. a ``blocked`` job with no pending edge: settled (due, cancelled or skipped);
 3. a sealed batch or a workflow that has not finished while none of its jobs
    is left to end: its counts are taken from its jobs' rows (a job deleted
    meanwhile leaves the total), and it finishes, making its callbacks;
 4. a batch finished within ``JOBQUEUE["REPAIR_WINDOW"]`` whose callback was
    made, but whose callback job row is gone: the callback is made again, once.
+
+It also deletes settled edges whose dependent job is gone (pruned), at most
+:data:`LIMIT` a pass, so the edge table does not outgrow the job table.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class RepairReport:
     blocked: int = 0
     finished: int = 0
     callbacks: int = 0
+    #: Settled edges of jobs that are gone, deleted (housekeeping, not a repair).
+    pruned: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.edges or self.blocked or self.finished or self.callbacks)
@@ -72,19 +78,44 @@ def repair(using: str) -> RepairReport:
     report.blocked = _stale_blocked(using)
     report.finished = _unfinished(using)
     report.callbacks = _lost_callbacks(using)
+    report.pruned = _prune_edges(using)
     return report
 
 
-def _stale_edges(using: str) -> int:
-    ended = Job.objects.using(using).filter(
-        pk=OuterRef("upstream_id"), status__in=FINISHED_STATUSES
-    )
-    rows = list(
-        Dependency.objects.using(using)
-        .filter(Exists(ended), state=EDGE_PENDING)
+def _prune_edges(using: str) -> int:
+    """Delete settled edges whose dependent job is gone (pruned or deleted): nothing
+    reads them any more. At most :data:`LIMIT` a pass."""
+    gone = ~Exists(Job.objects.using(using).filter(pk=OuterRef("dependent_id")))
+    edges = Dependency.objects.using(using)
+    pks = list(
+        edges.exclude(state=EDGE_PENDING)
+        .filter(gone)
         .order_by("pk")
-        .values_list("pk", "upstream__status", "upstream__jid", "dependent_id")[:LIMIT]
+        .values_list("pk", flat=True)[:LIMIT]
     )
+    if pks:
+        edges.filter(pk__in=pks).delete()
+    return len(pks)
+
+
+def _stale_edges(using: str) -> int:
+    jobs = Job.objects.using(using)
+    ended = jobs.filter(pk=OuterRef("upstream_id"), status__in=FINISHED_STATUSES)
+    gone = jobs.filter(pk=OuterRef("upstream_id"))
+    pending = Dependency.objects.using(using).filter(state=EDGE_PENDING).order_by("pk")
+    rows = list(
+        pending.filter(Exists(ended)).values_list(
+            "pk", "upstream__status", "upstream__jid", "dependent_id"
+        )[:LIMIT]
+    )
+    # An upstream job deleted before it ended (an id's cancel of a waiting job, an
+    # operator's delete) will never end: its edges count as failed.
+    rows += [
+        (pk, "deleted", f"pk={upstream}", dependent)
+        for pk, upstream, dependent in pending.exclude(Exists(gone)).values_list(
+            "pk", "upstream_id", "dependent_id"
+        )[:LIMIT]
+    ]
     made = 0
     for pk, status, jid, dependent in rows:
         with transaction.atomic(using=using):

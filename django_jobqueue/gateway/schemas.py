@@ -193,7 +193,7 @@ class JobOut(Schema):
     job_type: str
     id: str | None
     status: str
-    state: Literal["scheduled", "waiting", "blocked", "running", "failed", "done", "cancelled"]
+    state: Literal["scheduled", "waiting", "running", "failed", "done", "cancelled", "blocked"]
     attempt: int
     max_retry: int
     priority: int

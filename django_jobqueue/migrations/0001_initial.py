@@ -5,88 +5,249 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('jid', models.CharField(editable=False, max_length=32, unique=True, verbose_name='jid')),
-                ('queue', models.CharField(max_length=100, verbose_name='queue')),
-                ('job_type', models.CharField(max_length=200, verbose_name='job type')),
-                ('job_id', models.CharField(blank=True, max_length=1024, null=True, verbose_name='id')),
-                ('job_id_hash', models.CharField(blank=True, editable=False, max_length=64, null=True)),
-                ('id_held_until', models.DateTimeField(blank=True, null=True)),
-                ('payload', models.JSONField(null=True, verbose_name='payload')),
-                ('result', models.JSONField(blank=True, null=True, verbose_name='result')),
-                ('message', models.TextField(blank=True, default='', verbose_name='message')),
-                ('errors', models.JSONField(blank=True, default=list, verbose_name='errors')),
-                ('status', models.CharField(choices=[('init', 'init'), ('processing', 'processing'), ('retry', 'retry'), ('error', 'error'), ('max_retry', 'max retry'), ('done', 'done'), ('cancelled', 'cancelled')], default='init', max_length=16, verbose_name='status')),
-                ('waiting', models.BooleanField(default=True, editable=False)),
-                ('priority', models.PositiveIntegerField(default=100, verbose_name='priority')),
-                ('attempt', models.PositiveIntegerField(default=0, verbose_name='attempt')),
-                ('max_retry', models.PositiveIntegerField(default=3, verbose_name='max retry')),
-                ('timeout_ms', models.PositiveIntegerField(default=300000, verbose_name='timeout (ms)')),
-                ('secure', models.BooleanField(default=False, verbose_name='secure')),
-                ('run_at', models.DateTimeField(verbose_name='run at')),
-                ('expires_at', models.DateTimeField(blank=True, null=True, verbose_name='expires at')),
-                ('unique_key', models.CharField(blank=True, max_length=1024, null=True, verbose_name='unique key')),
-                ('unique_key_hash', models.CharField(blank=True, editable=False, max_length=64, null=True)),
-                ('unique_mode', models.CharField(blank=True, choices=[('while_locked', 'while locked'), ('until_executing', 'until executing'), ('until_executed', 'until executed')], default='', max_length=16, verbose_name='unique mode')),
-                ('unique_expires_at', models.DateTimeField(blank=True, null=True, verbose_name='unique lock expires at')),
-                ('lease_owner', models.CharField(blank=True, default='', max_length=200, verbose_name='lease owner')),
-                ('lease_token', models.CharField(blank=True, default='', editable=False, max_length=32)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True, verbose_name='lease expires at')),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True, verbose_name='heartbeat at')),
-                ('cancel_requested', models.BooleanField(default=False, verbose_name='cancel requested')),
-                ('rerun', models.BooleanField(default=False)),
-                ('rerun_payload', models.JSONField(blank=True, null=True)),
-                ('rerun_at', models.DateTimeField(blank=True, null=True)),
-                ('dedupe_ms', models.PositiveBigIntegerField(blank=True, editable=False, null=True)),
-                ('keep_ms', models.PositiveBigIntegerField(blank=True, editable=False, null=True)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), verbose_name='created at')),
-                ('started_at', models.DateTimeField(blank=True, null=True, verbose_name='started at')),
-                ('finished_at', models.DateTimeField(blank=True, null=True, verbose_name='finished at')),
-                ('updated_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), verbose_name='updated at')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "jid",
+                    models.CharField(
+                        editable=False, max_length=32, unique=True, verbose_name="jid"
+                    ),
+                ),
+                ("queue", models.CharField(max_length=100, verbose_name="queue")),
+                ("job_type", models.CharField(max_length=200, verbose_name="job type")),
+                (
+                    "job_id",
+                    models.CharField(blank=True, max_length=1024, null=True, verbose_name="id"),
+                ),
+                (
+                    "job_id_hash",
+                    models.CharField(blank=True, editable=False, max_length=64, null=True),
+                ),
+                ("id_held_until", models.DateTimeField(blank=True, null=True)),
+                ("payload", models.JSONField(null=True, verbose_name="payload")),
+                ("result", models.JSONField(blank=True, null=True, verbose_name="result")),
+                ("message", models.TextField(blank=True, default="", verbose_name="message")),
+                ("errors", models.JSONField(blank=True, default=list, verbose_name="errors")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("init", "init"),
+                            ("processing", "processing"),
+                            ("retry", "retry"),
+                            ("error", "error"),
+                            ("max_retry", "max retry"),
+                            ("done", "done"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        default="init",
+                        max_length=16,
+                        verbose_name="status",
+                    ),
+                ),
+                ("waiting", models.BooleanField(default=True, editable=False)),
+                ("priority", models.PositiveIntegerField(default=100, verbose_name="priority")),
+                ("attempt", models.PositiveIntegerField(default=0, verbose_name="attempt")),
+                ("max_retry", models.PositiveIntegerField(default=3, verbose_name="max retry")),
+                (
+                    "timeout_ms",
+                    models.PositiveIntegerField(default=300000, verbose_name="timeout (ms)"),
+                ),
+                ("secure", models.BooleanField(default=False, verbose_name="secure")),
+                ("run_at", models.DateTimeField(verbose_name="run at")),
+                (
+                    "expires_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="expires at"),
+                ),
+                (
+                    "unique_key",
+                    models.CharField(
+                        blank=True, max_length=1024, null=True, verbose_name="unique key"
+                    ),
+                ),
+                (
+                    "unique_key_hash",
+                    models.CharField(blank=True, editable=False, max_length=64, null=True),
+                ),
+                (
+                    "unique_mode",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("while_locked", "while locked"),
+                            ("until_executing", "until executing"),
+                            ("until_executed", "until executed"),
+                        ],
+                        default="",
+                        max_length=16,
+                        verbose_name="unique mode",
+                    ),
+                ),
+                (
+                    "unique_expires_at",
+                    models.DateTimeField(
+                        blank=True, null=True, verbose_name="unique lock expires at"
+                    ),
+                ),
+                (
+                    "lease_owner",
+                    models.CharField(
+                        blank=True, default="", max_length=200, verbose_name="lease owner"
+                    ),
+                ),
+                (
+                    "lease_token",
+                    models.CharField(blank=True, default="", editable=False, max_length=32),
+                ),
+                (
+                    "lease_expires_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="lease expires at"),
+                ),
+                (
+                    "heartbeat_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="heartbeat at"),
+                ),
+                (
+                    "cancel_requested",
+                    models.BooleanField(default=False, verbose_name="cancel requested"),
+                ),
+                ("rerun", models.BooleanField(default=False)),
+                ("rerun_payload", models.JSONField(blank=True, null=True)),
+                ("rerun_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "dedupe_ms",
+                    models.PositiveBigIntegerField(blank=True, editable=False, null=True),
+                ),
+                ("keep_ms", models.PositiveBigIntegerField(blank=True, editable=False, null=True)),
+                (
+                    "created_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        verbose_name="created at",
+                    ),
+                ),
+                (
+                    "started_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="started at"),
+                ),
+                (
+                    "finished_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="finished at"),
+                ),
+                (
+                    "updated_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        verbose_name="updated at",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'job',
-                'verbose_name_plural': 'jobs',
-                'indexes': [models.Index(fields=['waiting', 'queue', 'priority', 'run_at', 'id'], name='jq_job_claim_idx'), models.Index(fields=['waiting', 'priority', 'run_at', 'id'], name='jq_job_claim_any_idx'), models.Index(fields=['status', 'lease_expires_at'], name='jq_job_lease_idx'), models.Index(fields=['status', 'finished_at'], name='jq_job_finished_idx'), models.Index(fields=['queue', 'status', 'finished_at'], name='jq_job_queue_idx'), models.Index(fields=['job_type', 'status'], name='jq_job_type_idx')],
-                'constraints': [models.UniqueConstraint(fields=('queue', 'job_id_hash'), name='jq_job_id_uniq'), models.UniqueConstraint(fields=('queue', 'unique_key_hash'), name='jq_job_ukey_uniq')],
+                "verbose_name": "job",
+                "verbose_name_plural": "jobs",
+                "indexes": [
+                    models.Index(
+                        fields=["waiting", "queue", "priority", "run_at", "id"],
+                        name="jq_job_claim_idx",
+                    ),
+                    models.Index(
+                        fields=["waiting", "priority", "run_at", "id"], name="jq_job_claim_any_idx"
+                    ),
+                    models.Index(fields=["status", "lease_expires_at"], name="jq_job_lease_idx"),
+                    models.Index(fields=["status", "finished_at"], name="jq_job_finished_idx"),
+                    models.Index(
+                        fields=["queue", "status", "finished_at"], name="jq_job_queue_idx"
+                    ),
+                    models.Index(fields=["job_type", "status"], name="jq_job_type_idx"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(fields=("queue", "job_id_hash"), name="jq_job_id_uniq"),
+                    models.UniqueConstraint(
+                        fields=("queue", "unique_key_hash"), name="jq_job_ukey_uniq"
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ScheduleJob',
+            name="ScheduleJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True, verbose_name='name')),
-                ('queue', models.CharField(max_length=100, verbose_name='queue')),
-                ('job_type', models.CharField(max_length=200, verbose_name='job type')),
-                ('payload', models.JSONField(blank=True, null=True, verbose_name='payload')),
-                ('priority', models.PositiveIntegerField(default=100, verbose_name='priority')),
-                ('status', models.CharField(default='active', max_length=16, verbose_name='status')),
-                ('cron', models.CharField(blank=True, default='', max_length=200, verbose_name='cron')),
-                ('timezone', models.CharField(default='UTC', max_length=64, verbose_name='time zone')),
-                ('enabled', models.BooleanField(default=True, verbose_name='enabled')),
-                ('catch_up', models.BooleanField(default=False, verbose_name='catch up')),
-                ('schedule_at', models.DateTimeField(blank=True, null=True, verbose_name='next run at')),
-                ('execute_id', models.CharField(blank=True, default='', max_length=32, verbose_name='last job')),
-                ('log', models.JSONField(blank=True, default=list, verbose_name='log')),
-                ('source', models.CharField(default='manual', max_length=16, verbose_name='source')),
-                ('last_run_at', models.DateTimeField(blank=True, null=True, verbose_name='last run at')),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), verbose_name='created at')),
-                ('updated_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), verbose_name='updated at')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True, verbose_name="name")),
+                ("queue", models.CharField(max_length=100, verbose_name="queue")),
+                ("job_type", models.CharField(max_length=200, verbose_name="job type")),
+                ("payload", models.JSONField(blank=True, null=True, verbose_name="payload")),
+                ("priority", models.PositiveIntegerField(default=100, verbose_name="priority")),
+                (
+                    "status",
+                    models.CharField(default="active", max_length=16, verbose_name="status"),
+                ),
+                (
+                    "cron",
+                    models.CharField(blank=True, default="", max_length=200, verbose_name="cron"),
+                ),
+                (
+                    "timezone",
+                    models.CharField(default="UTC", max_length=64, verbose_name="time zone"),
+                ),
+                ("enabled", models.BooleanField(default=True, verbose_name="enabled")),
+                ("catch_up", models.BooleanField(default=False, verbose_name="catch up")),
+                (
+                    "schedule_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="next run at"),
+                ),
+                (
+                    "execute_id",
+                    models.CharField(
+                        blank=True, default="", max_length=32, verbose_name="last job"
+                    ),
+                ),
+                ("log", models.JSONField(blank=True, default=list, verbose_name="log")),
+                (
+                    "source",
+                    models.CharField(default="manual", max_length=16, verbose_name="source"),
+                ),
+                (
+                    "last_run_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="last run at"),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        verbose_name="created at",
+                    ),
+                ),
+                (
+                    "updated_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        verbose_name="updated at",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'schedule',
-                'verbose_name_plural': 'schedules',
-                'indexes': [models.Index(fields=['enabled', 'schedule_at'], name='jq_sched_due_idx')],
+                "verbose_name": "schedule",
+                "verbose_name_plural": "schedules",
+                "indexes": [
+                    models.Index(fields=["enabled", "schedule_at"], name="jq_sched_due_idx")
+                ],
             },
         ),
     ]

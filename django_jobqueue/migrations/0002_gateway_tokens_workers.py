@@ -5,54 +5,107 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_jobqueue', '0001_initial'),
+        ("django_jobqueue", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, verbose_name='name')),
-                ('prefix', models.CharField(editable=False, max_length=16, unique=True, verbose_name='prefix')),
-                ('key_hash', models.CharField(editable=False, max_length=64)),
-                ('queues', models.JSONField(blank=True, default=list, verbose_name='allowed queues')),
-                ('scopes', models.JSONField(blank=True, default=list, verbose_name='scopes')),
-                ('expires_at', models.DateTimeField(blank=True, null=True, verbose_name='expires at')),
-                ('revoked_at', models.DateTimeField(blank=True, null=True, verbose_name='revoked at')),
-                ('last_used_at', models.DateTimeField(blank=True, null=True, verbose_name='last used at')),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), verbose_name='created at')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, verbose_name="name")),
+                (
+                    "prefix",
+                    models.CharField(
+                        editable=False, max_length=16, unique=True, verbose_name="prefix"
+                    ),
+                ),
+                ("key_hash", models.CharField(editable=False, max_length=64)),
+                (
+                    "queues",
+                    models.JSONField(blank=True, default=list, verbose_name="allowed queues"),
+                ),
+                ("scopes", models.JSONField(blank=True, default=list, verbose_name="scopes")),
+                (
+                    "expires_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="expires at"),
+                ),
+                (
+                    "revoked_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="revoked at"),
+                ),
+                (
+                    "last_used_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="last used at"),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        verbose_name="created at",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'API token',
-                'verbose_name_plural': 'API tokens',
+                "verbose_name": "API token",
+                "verbose_name_plural": "API tokens",
             },
         ),
         migrations.CreateModel(
-            name='Worker',
+            name="Worker",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True, verbose_name='name')),
-                ('kind', models.CharField(default='runworkers', max_length=16, verbose_name='kind')),
-                ('host', models.CharField(blank=True, default='', max_length=255, verbose_name='host')),
-                ('pid', models.PositiveIntegerField(blank=True, null=True, verbose_name='pid')),
-                ('queues', models.JSONField(blank=True, default=list, verbose_name='queues')),
-                ('job_types', models.JSONField(blank=True, default=list, verbose_name='job types')),
-                ('languages', models.JSONField(blank=True, default=list, verbose_name='languages')),
-                ('concurrency', models.PositiveIntegerField(default=1, verbose_name='concurrency')),
-                ('version', models.CharField(blank=True, default='', max_length=64, verbose_name='version')),
-                ('started_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), verbose_name='started at')),
-                ('last_seen_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), verbose_name='last seen at')),
-                ('busy', models.PositiveIntegerField(default=0, verbose_name='busy slots')),
-                ('done', models.PositiveBigIntegerField(default=0, verbose_name='jobs done')),
-                ('failed', models.PositiveBigIntegerField(default=0, verbose_name='jobs failed')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True, verbose_name="name")),
+                (
+                    "kind",
+                    models.CharField(default="runworkers", max_length=16, verbose_name="kind"),
+                ),
+                (
+                    "host",
+                    models.CharField(blank=True, default="", max_length=255, verbose_name="host"),
+                ),
+                ("pid", models.PositiveIntegerField(blank=True, null=True, verbose_name="pid")),
+                ("queues", models.JSONField(blank=True, default=list, verbose_name="queues")),
+                ("job_types", models.JSONField(blank=True, default=list, verbose_name="job types")),
+                ("languages", models.JSONField(blank=True, default=list, verbose_name="languages")),
+                ("concurrency", models.PositiveIntegerField(default=1, verbose_name="concurrency")),
+                (
+                    "version",
+                    models.CharField(blank=True, default="", max_length=64, verbose_name="version"),
+                ),
+                (
+                    "started_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        verbose_name="started at",
+                    ),
+                ),
+                (
+                    "last_seen_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        verbose_name="last seen at",
+                    ),
+                ),
+                ("busy", models.PositiveIntegerField(default=0, verbose_name="busy slots")),
+                ("done", models.PositiveBigIntegerField(default=0, verbose_name="jobs done")),
+                ("failed", models.PositiveBigIntegerField(default=0, verbose_name="jobs failed")),
             ],
             options={
-                'verbose_name': 'worker',
-                'verbose_name_plural': 'workers',
-                'indexes': [models.Index(fields=['last_seen_at'], name='jq_worker_seen_idx')],
+                "verbose_name": "worker",
+                "verbose_name_plural": "workers",
+                "indexes": [models.Index(fields=["last_seen_at"], name="jq_worker_seen_idx")],
             },
         ),
     ]

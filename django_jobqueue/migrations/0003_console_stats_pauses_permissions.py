@@ -5,57 +5,99 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_jobqueue', '0002_gateway_tokens_workers'),
+        ("django_jobqueue", "0002_gateway_tokens_workers"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='QueuePause',
+            name="QueuePause",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('queue', models.CharField(max_length=100, unique=True, verbose_name='queue')),
-                ('paused_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), verbose_name='paused at')),
-                ('paused_by', models.CharField(blank=True, default='', max_length=200, verbose_name='paused by')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("queue", models.CharField(max_length=100, unique=True, verbose_name="queue")),
+                (
+                    "paused_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        verbose_name="paused at",
+                    ),
+                ),
+                (
+                    "paused_by",
+                    models.CharField(
+                        blank=True, default="", max_length=200, verbose_name="paused by"
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'paused queue',
-                'verbose_name_plural': 'paused queues',
+                "verbose_name": "paused queue",
+                "verbose_name_plural": "paused queues",
             },
         ),
         migrations.AlterModelOptions(
-            name='job',
-            options={'permissions': [('retry_job', 'Can retry jobs'), ('cancel_job', 'Can cancel jobs'), ('pause_queue', 'Can pause and resume queues')], 'verbose_name': 'job', 'verbose_name_plural': 'jobs'},
+            name="job",
+            options={
+                "permissions": [
+                    ("retry_job", "Can retry jobs"),
+                    ("cancel_job", "Can cancel jobs"),
+                    ("pause_queue", "Can pause and resume queues"),
+                ],
+                "verbose_name": "job",
+                "verbose_name_plural": "jobs",
+            },
         ),
         migrations.AlterModelOptions(
-            name='schedulejob',
-            options={'permissions': [('manage_schedule', 'Can enable, disable and run schedules')], 'verbose_name': 'schedule', 'verbose_name_plural': 'schedules'},
+            name="schedulejob",
+            options={
+                "permissions": [("manage_schedule", "Can enable, disable and run schedules")],
+                "verbose_name": "schedule",
+                "verbose_name_plural": "schedules",
+            },
         ),
         migrations.CreateModel(
-            name='JobStat',
+            name="JobStat",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('minute', models.DateTimeField(verbose_name='minute')),
-                ('queue', models.CharField(max_length=100, verbose_name='queue')),
-                ('job_type', models.CharField(max_length=200, verbose_name='job type')),
-                ('done', models.PositiveBigIntegerField(default=0, verbose_name='done')),
-                ('failed', models.PositiveBigIntegerField(default=0, verbose_name='failed')),
-                ('retried', models.PositiveBigIntegerField(default=0, verbose_name='retried')),
-                ('deduplicated', models.PositiveBigIntegerField(default=0, verbose_name='deduplicated')),
-                ('duration_ms_sum', models.PositiveBigIntegerField(default=0, verbose_name='duration sum (ms)')),
-                ('le_10', models.PositiveBigIntegerField(default=0)),
-                ('le_100', models.PositiveBigIntegerField(default=0)),
-                ('le_1000', models.PositiveBigIntegerField(default=0)),
-                ('le_10000', models.PositiveBigIntegerField(default=0)),
-                ('le_60000', models.PositiveBigIntegerField(default=0)),
-                ('le_300000', models.PositiveBigIntegerField(default=0)),
-                ('le_inf', models.PositiveBigIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("minute", models.DateTimeField(verbose_name="minute")),
+                ("queue", models.CharField(max_length=100, verbose_name="queue")),
+                ("job_type", models.CharField(max_length=200, verbose_name="job type")),
+                ("done", models.PositiveBigIntegerField(default=0, verbose_name="done")),
+                ("failed", models.PositiveBigIntegerField(default=0, verbose_name="failed")),
+                ("retried", models.PositiveBigIntegerField(default=0, verbose_name="retried")),
+                (
+                    "deduplicated",
+                    models.PositiveBigIntegerField(default=0, verbose_name="deduplicated"),
+                ),
+                (
+                    "duration_ms_sum",
+                    models.PositiveBigIntegerField(default=0, verbose_name="duration sum (ms)"),
+                ),
+                ("le_10", models.PositiveBigIntegerField(default=0)),
+                ("le_100", models.PositiveBigIntegerField(default=0)),
+                ("le_1000", models.PositiveBigIntegerField(default=0)),
+                ("le_10000", models.PositiveBigIntegerField(default=0)),
+                ("le_60000", models.PositiveBigIntegerField(default=0)),
+                ("le_300000", models.PositiveBigIntegerField(default=0)),
+                ("le_inf", models.PositiveBigIntegerField(default=0)),
             ],
             options={
-                'verbose_name': 'job statistic',
-                'verbose_name_plural': 'job statistics',
-                'constraints': [models.UniqueConstraint(fields=('minute', 'queue', 'job_type'), name='jq_stat_uniq')],
+                "verbose_name": "job statistic",
+                "verbose_name_plural": "job statistics",
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("minute", "queue", "job_type"), name="jq_stat_uniq"
+                    )
+                ],
             },
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_jobqueue', '0004_job_dead_index'),
+        ("django_jobqueue", "0004_job_dead_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='worker',
-            name='stopped_at',
-            field=models.DateTimeField(blank=True, null=True, verbose_name='stopped at'),
+            model_name="worker",
+            name="stopped_at",
+            field=models.DateTimeField(blank=True, null=True, verbose_name="stopped at"),
         ),
     ]

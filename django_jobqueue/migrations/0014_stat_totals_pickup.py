@@ -56,83 +56,100 @@ def drop_totals(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_jobqueue', '0011_worker_owner_token'),
+        ("django_jobqueue", "0011_worker_owner_token"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='jobstat',
-            name='pickup_le_100',
+            model_name="jobstat",
+            name="pickup_le_100",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='jobstat',
-            name='pickup_le_1000',
+            model_name="jobstat",
+            name="pickup_le_1000",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='jobstat',
-            name='pickup_le_10000',
+            model_name="jobstat",
+            name="pickup_le_10000",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='jobstat',
-            name='pickup_le_300000',
+            model_name="jobstat",
+            name="pickup_le_300000",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='jobstat',
-            name='pickup_le_3600000',
+            model_name="jobstat",
+            name="pickup_le_3600000",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='jobstat',
-            name='pickup_le_60000',
+            model_name="jobstat",
+            name="pickup_le_60000",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='jobstat',
-            name='pickup_le_inf',
+            model_name="jobstat",
+            name="pickup_le_inf",
             field=models.PositiveBigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='jobstat',
-            name='pickup_ms_sum',
-            field=models.PositiveBigIntegerField(default=0, verbose_name='pickup latency sum (ms)'),
+            model_name="jobstat",
+            name="pickup_ms_sum",
+            field=models.PositiveBigIntegerField(default=0, verbose_name="pickup latency sum (ms)"),
         ),
         migrations.CreateModel(
-            name='JobTotal',
+            name="JobTotal",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('done', models.PositiveBigIntegerField(default=0, verbose_name='done')),
-                ('failed', models.PositiveBigIntegerField(default=0, verbose_name='failed')),
-                ('retried', models.PositiveBigIntegerField(default=0, verbose_name='retried')),
-                ('deduplicated', models.PositiveBigIntegerField(default=0, verbose_name='deduplicated')),
-                ('duration_ms_sum', models.PositiveBigIntegerField(default=0, verbose_name='duration sum (ms)')),
-                ('le_10', models.PositiveBigIntegerField(default=0)),
-                ('le_100', models.PositiveBigIntegerField(default=0)),
-                ('le_1000', models.PositiveBigIntegerField(default=0)),
-                ('le_10000', models.PositiveBigIntegerField(default=0)),
-                ('le_60000', models.PositiveBigIntegerField(default=0)),
-                ('le_300000', models.PositiveBigIntegerField(default=0)),
-                ('le_inf', models.PositiveBigIntegerField(default=0)),
-                ('pickup_ms_sum', models.PositiveBigIntegerField(default=0, verbose_name='pickup latency sum (ms)')),
-                ('pickup_le_100', models.PositiveBigIntegerField(default=0)),
-                ('pickup_le_1000', models.PositiveBigIntegerField(default=0)),
-                ('pickup_le_10000', models.PositiveBigIntegerField(default=0)),
-                ('pickup_le_60000', models.PositiveBigIntegerField(default=0)),
-                ('pickup_le_300000', models.PositiveBigIntegerField(default=0)),
-                ('pickup_le_3600000', models.PositiveBigIntegerField(default=0)),
-                ('pickup_le_inf', models.PositiveBigIntegerField(default=0)),
-                ('queue', models.CharField(max_length=100, verbose_name='queue')),
-                ('job_type', models.CharField(max_length=200, verbose_name='job type')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("done", models.PositiveBigIntegerField(default=0, verbose_name="done")),
+                ("failed", models.PositiveBigIntegerField(default=0, verbose_name="failed")),
+                ("retried", models.PositiveBigIntegerField(default=0, verbose_name="retried")),
+                (
+                    "deduplicated",
+                    models.PositiveBigIntegerField(default=0, verbose_name="deduplicated"),
+                ),
+                (
+                    "duration_ms_sum",
+                    models.PositiveBigIntegerField(default=0, verbose_name="duration sum (ms)"),
+                ),
+                ("le_10", models.PositiveBigIntegerField(default=0)),
+                ("le_100", models.PositiveBigIntegerField(default=0)),
+                ("le_1000", models.PositiveBigIntegerField(default=0)),
+                ("le_10000", models.PositiveBigIntegerField(default=0)),
+                ("le_60000", models.PositiveBigIntegerField(default=0)),
+                ("le_300000", models.PositiveBigIntegerField(default=0)),
+                ("le_inf", models.PositiveBigIntegerField(default=0)),
+                (
+                    "pickup_ms_sum",
+                    models.PositiveBigIntegerField(
+                        default=0, verbose_name="pickup latency sum (ms)"
+                    ),
+                ),
+                ("pickup_le_100", models.PositiveBigIntegerField(default=0)),
+                ("pickup_le_1000", models.PositiveBigIntegerField(default=0)),
+                ("pickup_le_10000", models.PositiveBigIntegerField(default=0)),
+                ("pickup_le_60000", models.PositiveBigIntegerField(default=0)),
+                ("pickup_le_300000", models.PositiveBigIntegerField(default=0)),
+                ("pickup_le_3600000", models.PositiveBigIntegerField(default=0)),
+                ("pickup_le_inf", models.PositiveBigIntegerField(default=0)),
+                ("queue", models.CharField(max_length=100, verbose_name="queue")),
+                ("job_type", models.CharField(max_length=200, verbose_name="job type")),
             ],
             options={
-                'verbose_name': 'job total',
-                'verbose_name_plural': 'job totals',
-                'constraints': [models.UniqueConstraint(fields=('queue', 'job_type'), name='jq_total_uniq')],
+                "verbose_name": "job total",
+                "verbose_name_plural": "job totals",
+                "constraints": [
+                    models.UniqueConstraint(fields=("queue", "job_type"), name="jq_total_uniq")
+                ],
             },
         ),
         migrations.RunPython(seed_totals, drop_totals),

@@ -4,66 +4,18 @@ Three tables (``Batch``, ``Workflow``, ``Dependency``), four columns on the job
 table (``batch_id``, ``workflow_id``, ``step``, ``awaited``) and the ``blocked`` status of a job
 that waits for its upstream jobs (``waiting`` false: the claim never scans it).
 
-The new columns are NULL or have a database default (``step`` "", ``awaited`` false), so adding them
-rewrites no row on PostgreSQL 11+, MariaDB 10.3+ or SQLite. The job table's two new
-indexes, which find a batch's and a workflow's jobs (counts, repair, the console),
-are built outside the model's ``Meta``, as ``0004``'s:
-
-- PostgreSQL: partial (``WHERE batch_id IS NOT NULL``), so a job of no batch and no
-  workflow writes no entry to them; built ``CONCURRENTLY``, so a live table keeps
-  taking writes while they build.
-- SQLite: partial too (SQLite has partial indexes).
-- MySQL/MariaDB: plain, as MySQL has no partial index (a ``condition`` in ``Meta``
-  would warn there, models.W037); built in place (InnoDB's online DDL).
+The new columns are NULL or have a database default (``step`` "", ``awaited`` false),
+so adding them rewrites no row on PostgreSQL 11+ or MariaDB 10.3+ (Django's SQLite
+schema editor copies the table for a NOT NULL column). The job table's indexes of
+batches and workflows are ``0020``'s, built outside a transaction.
 """
-
-from typing import Any
 
 import django.db.models.deletion
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
-#: (index name, column) of the job table's indexes built here.
-INDEXES = (("jq_job_batch_idx", "batch_id"), ("jq_job_workflow_idx", "workflow_id"))
-
-
-def create_indexes(apps: Any, schema_editor: Any) -> None:
-    job = apps.get_model("django_jobqueue", "Job")
-    quote = schema_editor.quote_name
-    vendor = schema_editor.connection.vendor
-    table = quote(job._meta.db_table)
-    for name, column in INDEXES:
-        columns = f"({quote(column)}, {quote('status')})"
-        if vendor == "postgresql":
-            schema_editor.execute(
-                f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {quote(name)} ON {table} "
-                f"{columns} WHERE {quote(column)} IS NOT NULL"
-            )
-        elif vendor == "sqlite":
-            schema_editor.execute(
-                f"CREATE INDEX IF NOT EXISTS {quote(name)} ON {table} "
-                f"{columns} WHERE {quote(column)} IS NOT NULL"
-            )
-        else:
-            schema_editor.execute(f"CREATE INDEX {quote(name)} ON {table} {columns}")
-
-
-def drop_indexes(apps: Any, schema_editor: Any) -> None:
-    job = apps.get_model("django_jobqueue", "Job")
-    quote = schema_editor.quote_name
-    vendor = schema_editor.connection.vendor
-    for name, _column in INDEXES:
-        if vendor == "postgresql":
-            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(name)}")
-        elif vendor == "sqlite":
-            schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
-        else:
-            schema_editor.execute(f"DROP INDEX {quote(name)} ON {quote(job._meta.db_table)}")
-
 
 class Migration(migrations.Migration):
-    atomic = False  # CREATE INDEX CONCURRENTLY runs outside a transaction
-
     dependencies = [
         ("django_jobqueue", "0017_job_origin_index"),
     ]
@@ -283,5 +235,4 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.RunPython(create_indexes, drop_indexes, elidable=False),
     ]

@@ -1,7 +1,7 @@
 """The one table of state words: what people read for each stored status (docs/design.md#states).
 
-A job stores one of seven statuses (:class:`~django_jobqueue.models.JobStatus`); people
-read one of six state words, the public words of the id verbs (``Queue.list(state=...)``)
+A job stores one of eight statuses (:class:`~django_jobqueue.models.JobStatus`); people
+read one of seven state words, the public words of the id verbs (``Queue.list(state=...)``)
 and of the gateway's ``state`` field:
 
 ==============  ======================================================
@@ -32,6 +32,7 @@ from ..core.dbclock import Now
 from ..models import DEAD_STATUSES, JobStatus
 
 __all__ = [
+    "BLOCKED",
     "CANCELLED",
     "DONE",
     "FAILED",
@@ -55,8 +56,10 @@ SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED = (
     "done",
     "cancelled",
 )
+#: A job waiting for its upstream jobs (docs/workflows.md): before it is waiting.
+BLOCKED = "blocked"
 #: Every state word (the values ``Queue.list(state=...)`` and the console's filter take).
-STATES = (SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED)
+STATES = (SCHEDULED, WAITING, RUNNING, FAILED, DONE, CANCELLED, BLOCKED)
 
 #: Each stored status's state word; ``init`` and ``retry`` are ``waiting`` here and
 #: ``scheduled`` while their ``run_at`` is in the future (:func:`state_word`).
@@ -68,6 +71,7 @@ STATE_OF_STATUS: dict[str, str] = {
     JobStatus.MAX_RETRY: FAILED,
     JobStatus.DONE: DONE,
     JobStatus.CANCELLED: CANCELLED,
+    JobStatus.BLOCKED: BLOCKED,
 }
 
 
@@ -121,4 +125,5 @@ def state_filter(word: str) -> Q:
         FAILED: Q(status__in=DEAD_STATUSES),
         DONE: Q(status=JobStatus.DONE),
         CANCELLED: Q(status=JobStatus.CANCELLED),
+        BLOCKED: Q(status=JobStatus.BLOCKED),
     }[word]

@@ -179,9 +179,10 @@ class JobQueueBackend(BaseTaskBackend):
             If this backend's ``OPTIONS`` are invalid.
         django_jobqueue.core.exceptions.JobQueueError
             As :func:`django_jobqueue.enqueue.enqueue_job` raises (``LockTimeout``,
-            ``WrongDatabase``, ``ProRequired``), and ``InvalidRequest`` inside a
-            :func:`~django_jobqueue.tasks.linked` block whose ``after`` or ``batch``
-            names nothing. Nothing is written then.
+            ``WrongDatabase``, ``ProRequired``), and ``InvalidRequest`` inside an
+            :func:`~django_jobqueue.tasks.in_batch` block whose batch does not exist
+            or has finished, or a ``wait_for()`` block naming no job. Nothing is
+            written then.
 
         Implements: docs/design.md#states.
         """
@@ -189,8 +190,8 @@ class JobQueueBackend(BaseTaskBackend):
         from ..enqueue import enqueue_job, jobs_database
 
         payload, enqueue_options = self.job_of(task, args, kwargs)
-        # docs/workflows.md "From django.tasks": inside a ``linked()`` block the job
-        # waits for its ``after`` and joins its ``batch``.
+        # docs/workflows.md "django.tasks": inside an ``in_batch()`` block the job joins
+        # that batch (``batch()`` and ``wait_for()`` blocks act in enqueue_job).
         enqueue_options.update(current_links())
         answer = enqueue_job(task.queue_name, task.module_path, payload, **enqueue_options)
         using = jobs_database()

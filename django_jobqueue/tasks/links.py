@@ -1,19 +1,16 @@
-"""Batches and dependencies for ``django.tasks`` (docs/workflows.md "From django.tasks").
+"""Batches and workflows for ``django.tasks`` beyond ``batch()`` and ``wait_for()``
+(docs/workflows.md "django.tasks" and "Tasks as workflow steps").
 
 Django's ``Task.enqueue(*args, **kwargs)`` passes the task function's arguments and
-nothing else, so the links of a task's job are given around the call:
+nothing else, so the links of a task's job are given around the call. The core's
+blocks cover the two common cases: ``with batch(...)`` (every task enqueued inside
+joins the new batch) and ``with wait_for(*results)`` (every task enqueued inside waits
+for those jobs). This module adds:
 
-- ``with batch(...) as b:`` (:func:`django_jobqueue.batch`): every task enqueued in
-  the block joins the batch, as every job does;
-- ``with linked(after=[result, ...], batch=id, on_upstream_failure="skip"):`` the
-  tasks enqueued in the block wait for those results' jobs (``after``: ``TaskResult``
-  objects, ``EnqueueResult`` objects or jids), join an existing batch (an id, or the
-  handle ``with batch()`` gave), or both;
-- :func:`add_task` adds a call of a task as a step of a
-  :class:`~django_jobqueue.Workflow`.
-
-A task's job that waits has the stored status ``blocked``; its ``TaskResult`` is
-``READY`` (queued, not started) until it runs.
+- ``with in_batch(batch_id):``: the tasks enqueued inside join an existing, open
+  batch (one made by ``open_batch()``, or by another process), as ``enqueue_job(...,
+  batch=id)`` does;
+- :func:`add_task`: a call of a task as a step of a :class:`~django_jobqueue.Workflow`.
 """
 
 from __future__ import annotations
@@ -25,84 +22,40 @@ from typing import Any
 
 from ..core.exceptions import InvalidOption
 
-__all__ = ["add_task", "current_links", "linked"]
+__all__ = ["add_task", "current_links", "in_batch"]
 
-_LINKS: ContextVar[dict[str, Any] | None] = ContextVar("jobqueue_task_links", default=None)
-
-
-def _jid_of(item: Any) -> str:
-    """A jid from a ``TaskResult`` (``.id``), an ``EnqueueResult`` (``.jid``) or a str."""
-    if isinstance(item, str):
-        return item
-    for attribute in ("jid", "id"):
-        value = getattr(item, attribute, None)
-        if isinstance(value, str):
-            return value
-    raise InvalidOption(
-        f"after takes TaskResult, EnqueueResult or jid strings: got {type(item).__name__}."
-    )
+_BATCH: ContextVar[int | None] = ContextVar("jobqueue_task_batch", default=None)
 
 
 @contextmanager
-def linked(
-    *,
-    after: Iterable[Any] = (),
-    batch: Any = None,
-    on_upstream_failure: str | None = None,
-) -> Iterator[None]:
-    """Link the tasks enqueued inside the block (this thread or task only).
+def in_batch(batch: Any) -> Iterator[None]:
+    """Make the tasks enqueued inside the block (this thread or asyncio task) join
+    ``batch``: an existing batch's id, or a ``BatchHandle``.
 
-    Parameters
-    ----------
-    after
-        ``TaskResult`` objects (what ``Task.enqueue`` returns), ``EnqueueResult``
-        objects or jids: each task enqueued in the block waits (status ``blocked``)
-        until their jobs are done, and becomes due in the transaction of the last
-        one's ``done``.
-    batch
-        An existing batch's id (or the ``BatchHandle`` of ``with batch()``): each task
-        enqueued in the block joins it (an open batch).
-    on_upstream_failure
-        With ``after``: ``cancel`` (default), ``skip`` or ``ignore`` (docs/workflows.md
-        "When an upstream job fails").
+    The batch must not have finished (its callbacks made): each enqueue checks it,
+    and one that does not exist or has finished raises ``InvalidRequest`` and writes
+    nothing. Combine it with ``wait_for()`` to make the tasks wait as well.
 
     Raises
     ------
     InvalidOption
-        At once, if an ``after`` item is not a result or jid, ``batch`` is not an id,
-        or the policy is unknown (or given without ``after``). An ``after`` jid or a
-        batch that does not exist raises ``InvalidRequest`` at each enqueue, which
-        then writes nothing.
-
-    Blocks nest: an inner block's ``after`` adds to the outer's; its ``batch`` and
-    policy replace the outer's.
+        At once, if ``batch`` is not an id (an int >= 1) or a handle.
     """
-    from ..flows.links import pop_link  # deferred: TASKS may load this before apps
-
-    jids = [_jid_of(item) for item in ([after] if isinstance(after, str) else after)]
-    if on_upstream_failure is not None and not jids:
-        raise InvalidOption("on_upstream_failure is the policy of after's edges: give after.")
-    outer = _LINKS.get() or {}
-    links: dict[str, Any] = dict(outer)
-    if jids:
-        links["after"] = [*outer.get("after", ()), *jids]
-    if batch is not None:
-        links["batch"] = getattr(batch, "id", batch)
-    if on_upstream_failure is not None:
-        links["on_upstream_failure"] = on_upstream_failure
-    pop_link(dict(links))  # validated now, not at the first enqueue
-    token = _LINKS.set(links)
+    batch_id = getattr(batch, "id", batch)
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 1:
+        raise InvalidOption(f"batch must be a batch's id (an int >= 1): got {batch!r}.")
+    token = _BATCH.set(batch_id)
     try:
         yield
     finally:
-        _LINKS.reset(token)
+        _BATCH.reset(token)
 
 
 def current_links() -> dict[str, Any]:
-    """Return the ``enqueue_job`` options of the open :func:`linked` blocks (``after``,
-    ``batch``, ``on_upstream_failure``), or ``{}`` outside any."""
-    links = _LINKS.get()
-    return dict(links) if links else {}
+    """Return the ``enqueue_job`` options of the open :func:`in_batch` block
+    (``{"batch": id}``), or ``{}`` outside any."""
+    batch_id = _BATCH.get()
+    return {} if batch_id is None else {"batch": batch_id}
 
 
 def add_task(

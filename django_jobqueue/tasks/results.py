@@ -102,8 +102,7 @@ def job_status_to_task_status(status: str) -> Any:
     statuses: dict[str, Any] = {
         JobStatus.INIT: TaskResultStatus.READY,
         JobStatus.RETRY: TaskResultStatus.READY,
-        # Waiting for upstream jobs (docs/workflows.md): queued, not started.
-        JobStatus.BLOCKED: TaskResultStatus.READY,
+        JobStatus.BLOCKED: TaskResultStatus.READY,  # waiting for upstream jobs
         JobStatus.PROCESSING: TaskResultStatus.RUNNING,
         JobStatus.ERROR: TaskResultStatus.FAILED,
         JobStatus.MAX_RETRY: TaskResultStatus.FAILED,

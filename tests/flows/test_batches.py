@@ -140,3 +140,30 @@ def test_an_operator_cancel_of_a_batch_job_counts_it_and_finishes_the_batch() ->
     row = jq.get_batch(b.id)
     assert row.counts()["cancelled"] == 1 and row.finished_at is not None
     assert row.finish_jid and not row.success_jid
+
+
+def test_a_finished_batch_takes_no_more_jobs() -> None:
+    with jq.batch(on_finish="flows.callback") as b:
+        jq.enqueue_job(None, "flows.noop")
+    drain()
+    count = Job.objects.count()
+    with pytest.raises(InvalidRequest, match="has finished"):
+        jq.enqueue_job(None, "flows.noop", batch=b.id)
+    assert Job.objects.count() == count
+
+
+def test_an_open_batch_takes_jobs_over_several_transactions_until_sealed() -> None:
+    from django_jobqueue.flows.batches import open_batch
+
+    handle = open_batch(on_finish=jq.signature("flows.callback", {"kind": "finish"}))
+    jq.enqueue_job(None, "flows.noop", batch=handle.id)
+    drain()
+    row = jq.get_batch(handle.id)
+    assert (row.done, row.finished_at, row.finish_jid) == (1, None, "")  # not sealed yet
+    jq.enqueue_many([{"job_type": "flows.noop", "batch": handle.id}] * 2)
+    drain()
+    handle.seal()
+    row = jq.get_batch(handle.id)
+    assert row.counts()["done"] == 3 and row.finished_at is not None and row.finish_jid
+    handle.seal()
+    assert Job.objects.filter(job_type="flows.callback").count() == 1

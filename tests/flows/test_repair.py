@@ -89,3 +89,18 @@ def test_two_repair_passes_at_once_make_a_lost_callback_once() -> None:
     assert sorted(made) == [0, 0, 0, 1]
     assert Job.objects.filter(queue="callbacks").count() == 1
     assert jq.get_batch(b.id).finish_jid == Job.objects.get(queue="callbacks").jid
+
+
+def test_an_upstream_deleted_before_it_ended_fails_its_edges_and_settled_edges_go() -> None:
+    from django_jobqueue.models import Dependency
+
+    upstream = jq.enqueue_job(None, "flows.step", {"label": "up"}, delay="1h")
+    dependent = jq.enqueue_job(None, "flows.step", {"label": "down"}, after=[upstream])
+    Job.objects.filter(jid=upstream.jid).delete()
+    assert repair("default").edges == 1
+    down = Job.objects.get(jid=dependent.jid)
+    assert down.status == JobStatus.CANCELLED
+    assert down.message.startswith("cancelled: upstream job")
+    Job.objects.filter(pk=down.pk).delete()  # pruned, say
+    assert repair("default").pruned == 1
+    assert not Dependency.objects.exists()

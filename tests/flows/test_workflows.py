@@ -194,3 +194,66 @@ def test_the_pipe_spells_a_chain_as_celery_does() -> None:
         | jq.signature("flows.step", step("c"), step="c")
     ).workflow("piped")
     assert [(s.name, s.after) for s in flow.order()] == [("a", ()), ("b", ("a",)), ("c", ("b",))]
+
+
+def test_no_dependent_starts_before_its_last_upstream_is_done_under_eight_threads() -> None:
+    w = jq.Workflow("many fan-ins")
+    for group_no in range(12):
+        parts = [f"g{group_no}.p{i}" for i in range(5)]
+        for name in parts:
+            w.add(name, "flows.step", step(name))
+        w.add(f"g{group_no}.merge", "flows.step", step("merge"), after=parts)
+    result = w.enqueue()
+    drain(concurrency=8)
+    jobs = by_step(result.id)
+    assert all(job.status == JobStatus.DONE for job in jobs.values())
+    for group_no in range(12):
+        merge = jobs[f"g{group_no}.merge"]
+        parts = [jobs[f"g{group_no}.p{i}"] for i in range(5)]
+        assert merge.started_at >= max(part.finished_at for part in parts)
+        assert merge.result["upstream"] == {
+            part.step: {"label": part.step, "upstream": {}} for part in parts
+        }
+
+
+def test_the_async_twins_enqueue_and_read() -> None:
+    import asyncio
+
+    async def run() -> tuple[object, object]:
+        flow = jq.Workflow("async").add("a", "flows.step", step("a"))
+        result = await flow.aenqueue()
+        piped = await (
+            jq.signature("flows.step", step("x")) | jq.signature("flows.step", step("y"))
+        ).aenqueue()
+        return result, piped
+
+    result, piped = asyncio.run(run())
+    assert Job.objects.get(jid=result["a"]).workflow_id == result.id
+    assert Job.objects.filter(workflow_id=piped.id, status=JobStatus.BLOCKED).count() == 1
+    with jq.batch() as b:
+        jq.enqueue_job(None, "flows.noop")
+    assert asyncio.run(jq.aget_batch(b.id)).total == 1
+
+
+def test_enqueue_many_takes_each_jobs_own_after() -> None:
+    first = jq.enqueue_job(None, "flows.step", step("first"))
+    second = jq.enqueue_job(None, "flows.step", step("second"))
+    results = jq.enqueue_many(
+        [
+            {"job_type": "flows.step", "payload": step("after-first"), "after": [first]},
+            {"job_type": "flows.step", "payload": step("after-both"), "after": [first, second]},
+            {"job_type": "flows.step", "payload": step("free")},
+        ]
+    )
+    statuses = [Job.objects.get(jid=r.jid).status for r in results]
+    assert statuses == [JobStatus.BLOCKED, JobStatus.BLOCKED, JobStatus.INIT]
+    assert Dependency.objects.count() == 3
+    count = Job.objects.count()
+    with pytest.raises(InvalidRequest):
+        jq.enqueue_many([{"job_type": "flows.step", "after": ["f" * 32]}])
+    with pytest.raises(InvalidOption, match=r"jobs\[0\]"):
+        jq.enqueue_many([{"job_type": "flows.step", "after": "not-a-list"}])
+    assert Job.objects.count() == count
+    drain(concurrency=4)
+    jobs = {Job.objects.get(jid=r.jid).result["label"]: Job.objects.get(jid=r.jid) for r in results}
+    assert sorted(jobs["after-both"].result["upstream"]) == sorted([first.jid, second.jid])
