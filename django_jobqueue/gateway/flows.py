@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Router, Status
@@ -25,6 +26,8 @@ from ..core.conf import get_config
 from ..core.exceptions import JobQueueError
 from ..core.origin import enqueued_by
 from ..enqueue import jobs_database
+from ..flows.batches import open_batch, seal
+from ..flows.canvas import Signature
 from ..flows.graph import Workflow as WorkflowBuilder
 from ..flows.reading import MAX_STEPS, workflow_graph
 from ..models import ApiToken, Batch, Job, Workflow
@@ -32,7 +35,9 @@ from ..store import apitokens, states
 from .auth import origin_of, require
 from .errors import GatewayError, from_jobqueue_error
 from .flowschemas import (
+    BatchOpenIn,
     BatchStateOut,
+    CallbackIn,
     StepIn,
     WorkflowIn,
     WorkflowOut,
@@ -42,6 +47,9 @@ from .jobs import spec_of
 from .schemas import ERRORS, JobIn
 
 __all__ = ["order_steps", "router"]
+
+#: The callbacks of a batch, in the order a refusal names them.
+_CALLBACKS = ("on_finish", "on_success", "on_failure")
 
 router = Router(tags=["workflows"])
 
@@ -193,21 +201,40 @@ def _callback(spec: Any, jid: str) -> dict[str, str] | None:
     return {"job_type": str(spec.get("job_type", "")), "jid": jid}
 
 
-@router.get(
-    "/batches/{batch_id}",
-    response={200: BatchStateOut, **ERRORS},
-    summary="Read a batch's counts and callbacks",
-    operation_id="get_batch",
-)
-def get_batch(request: HttpRequest, batch_id: int) -> Any:
-    """A batch's counts (total, done, failed, cancelled, pending), read now, and its
-    callbacks with their jobs' jids once made."""
-    token = require(request, "read")
-    using = jobs_database()
-    row = Batch.objects.using(using).filter(pk=batch_id).first() if batch_id <= _MAX_ID else None
-    if row is None:
-        raise GatewayError("not_found", f"No batch has id {batch_id}.", field="batch_id")
-    _require_queues_of(request, token, "this batch", Job.objects.using(using).filter(batch=row))
+def _callback_signature(
+    request: HttpRequest, kind: str, callback: CallbackIn, queue: str | None
+) -> Signature:
+    """Validate a callback as ``POST /sdk/jobs`` validates a job, naming its fields
+    (``on_finish.options.delay``), and check the token may enqueue on its queue.
+
+    Raises
+    ------
+    GatewayError
+        ``invalid_request`` (422) or ``forbidden`` (403).
+    """
+    options = callback.options.model_dump(exclude_none=True) if callback.options else {}
+    if "run_at" in options:
+        raise GatewayError(
+            "invalid_request",
+            "A callback runs when its batch reaches it: give delay, not run_at.",
+            field=f"{kind}.options.run_at",
+        )
+    try:
+        spec = spec_of(JobIn(job_type=callback.job_type, payload=callback.payload, **options))
+    except JobQueueError as exc:
+        field = getattr(exc, "field", None)
+        prefix = kind if field in {"job_type", "payload", None} else f"{kind}.options"
+        raise _refuse(exc, prefix) from exc
+    runs_on = options.get("queue") or queue or spec.queue
+    try:
+        require(request, "produce", [runs_on])
+    except GatewayError as exc:
+        field = f"{kind}.options.queue" if options.get("queue") else "queue"
+        raise GatewayError("forbidden", exc.detail, field=field) from exc
+    return Signature(callback.job_type, callback.payload, options)
+
+
+def _batch_answer(row: Batch) -> dict[str, Any]:
     return {
         "id": row.pk,
         **row.counts(),
@@ -218,6 +245,78 @@ def get_batch(request: HttpRequest, batch_id: int) -> Any:
         "on_success": _callback(row.on_success, row.success_jid),
         "on_failure": _callback(row.on_failure, row.failure_jid),
     }
+
+
+def _find_batch(request: HttpRequest, batch_id: int, scope: str) -> Batch:
+    """Return batch ``batch_id`` if the token has ``scope`` and every queue of its jobs.
+
+    Raises
+    ------
+    GatewayError
+        ``not_found`` (404) or ``forbidden`` (403).
+    """
+    token = require(request, scope)
+    using = jobs_database()
+    row = Batch.objects.using(using).filter(pk=batch_id).first() if batch_id <= _MAX_ID else None
+    if row is None:
+        raise GatewayError("not_found", f"No batch has id {batch_id}.", field="batch_id")
+    _require_queues_of(request, token, "this batch", Job.objects.using(using).filter(batch=row))
+    return row
+
+
+@router.post(
+    "/batches",
+    response={201: BatchStateOut, **ERRORS},
+    summary="Open a batch: it takes jobs until sealed, then makes its callbacks",
+    operation_id="open_batch",
+)
+def open_batch_route(request: HttpRequest, body: BatchOpenIn) -> Any:
+    """Open a batch with callbacks; add jobs with ``POST /sdk/jobs`` and ``"batch": id``,
+    then seal it (``POST /sdk/batches/{id}/seal``): it finishes, and makes its
+    callbacks, only once sealed and every job of it ended."""
+    token = require(request, "produce")
+    callbacks = {
+        kind: _callback_signature(request, kind, callback, body.queue)
+        for kind in _CALLBACKS
+        if (callback := getattr(body, kind)) is not None
+    }
+    with enqueued_by(origin_of(token)):
+        try:
+            handle = open_batch(queue=body.queue, **callbacks)
+        except JobQueueError as exc:
+            raise from_jobqueue_error(exc) from exc
+    return Status(201, _batch_answer(Batch.objects.using(handle.using).get(pk=handle.id)))
+
+
+@router.post(
+    "/batches/{batch_id}/seal",
+    response={200: BatchStateOut, **ERRORS},
+    summary="Seal a batch: it finishes once every job of it ended",
+    operation_id="seal_batch",
+)
+def seal_batch(request: HttpRequest, batch_id: int) -> Any:
+    """Seal the batch (again: nothing more); answer its counts, read after sealing. A
+    batch whose jobs all ended finishes here, and its callbacks are made."""
+    row = _find_batch(request, batch_id, "produce")
+    using = row._state.db or jobs_database()
+    try:
+        with transaction.atomic(using=using):
+            seal(using, row.pk, [])
+    except JobQueueError as exc:
+        raise from_jobqueue_error(exc) from exc
+    return _batch_answer(Batch.objects.using(using).get(pk=row.pk))
+
+
+@router.get(
+    "/batches/{batch_id}",
+    response={200: BatchStateOut, **ERRORS},
+    summary="Read a batch's counts and callbacks",
+    operation_id="get_batch",
+)
+def get_batch(request: HttpRequest, batch_id: int) -> Any:
+    """A batch's counts (total, done, failed, cancelled, pending), read now, and its
+    callbacks with their jobs' jids once made."""
+    return _batch_answer(_find_batch(request, batch_id, "read"))
 
 
 @router.get(

@@ -13,6 +13,8 @@ from .schemas import _MAX_INT, Duration, Name, QueueName, _bounded, _In
 
 __all__ = [
     "BatchCallbackOut",
+    "BatchOpenIn",
+    "CallbackIn",
     "BatchStateOut",
     "StepIn",
     "StepOptionsIn",
@@ -59,6 +61,28 @@ class WorkflowIn(_In):
     name: Name
     on_upstream_failure: Policy = "cancel"
     steps: list[StepIn] = Field(min_length=1)
+
+
+class CallbackIn(_In):
+    """A batch's callback: a job made once when the batch reaches it (docs/workflows.md
+    "Batches"). Its payload is ``{"batch", "counts", "payload": <this payload>}``."""
+
+    job_type: Name
+    payload: Any = None
+    options: StepOptionsIn | None = Field(
+        None, description="Its enqueue options; no run_at (it runs when the batch ends)."
+    )
+
+
+class BatchOpenIn(_In):
+    """An open batch: it takes jobs (``POST /sdk/jobs`` with ``batch``) until sealed."""
+
+    on_finish: CallbackIn | None = None
+    on_success: CallbackIn | None = None
+    on_failure: CallbackIn | None = None
+    queue: QueueName | None = Field(
+        None, description="The callbacks' queue when a callback names none."
+    )
 
 
 class WorkflowOut(Schema):

@@ -74,6 +74,10 @@ NOT_IN_CLIENTS = {
     "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
     "get_batch": "in the TypeScript client only so far (getBatch, tested by "
     "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
+    "open_batch": "in the TypeScript client only so far (openBatch, tested by "
+    "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
+    "seal_batch": "in the TypeScript client only so far (sealBatch, tested by "
+    "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
     "get_workflow": "in the TypeScript client only so far (getWorkflow, tested by "
     "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
 }

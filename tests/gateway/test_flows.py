@@ -228,3 +228,86 @@ def test_the_bulk_route_refuses_batch_and_after(api: Api) -> None:
     assert response.status_code == 422
     assert response.json()["field"] == "jobs[1].after"
     assert Job.objects.count() == 1
+
+
+def test_an_open_batch_takes_jobs_until_sealed_then_makes_its_callback(api: Api) -> None:
+    body = {
+        "on_finish": {"job_type": "gw.echo", "payload": {"k": 1}, "options": {"priority": 7}},
+        "on_failure": {"job_type": "gw.echo", "options": {"queue": "gw-alerts"}},
+    }
+    response = api.post("/sdk/batches", body)
+    assert response.status_code == 201, response.content
+    opened = response.json()
+    assert (opened["total"], opened["sealed"], opened["finished_at"]) == (0, False, None)
+    assert opened["on_finish"] == {"job_type": "gw.echo", "jid": ""}
+    batch_id = opened["id"]
+    for n in range(2):
+        answer = api.post("/sdk/jobs", {"job_type": "gw.echo", "payload": n, "batch": batch_id})
+        assert answer.status_code == 201, answer.content
+    run_one()
+    run_one()
+    state = api.get(f"/sdk/batches/{batch_id}").json()
+    assert (state["done"], state["pending"], state["finished_at"]) == (2, 0, None)  # not sealed
+    assert Batch.objects.get(pk=batch_id).finish_jid == ""
+
+    sealed = api.post(f"/sdk/batches/{batch_id}/seal")
+    assert sealed.status_code == 200, sealed.content
+    state = sealed.json()
+    assert state["sealed"] is True and state["finished_at"] is not None
+    callback = Job.objects.get(jid=state["on_finish"]["jid"])
+    assert (callback.priority, callback.queue) == (7, "gw")
+    assert callback.payload == {
+        "batch": batch_id,
+        "counts": callback.payload["counts"],
+        "payload": {"k": 1},
+    }
+    assert state["on_failure"] == {"job_type": "gw.echo", "jid": ""}
+    assert api.post(f"/sdk/batches/{batch_id}/seal").status_code == 200  # again: nothing more
+    assert Job.objects.filter(job_type="gw.echo").count() == 3
+    refused = api.post("/sdk/jobs", {"job_type": "gw.echo", "batch": batch_id})
+    assert refused.status_code == 422 and refused.json()["field"] == "batch"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"on_finish": {"job_type": "no.such"}}, "on_finish.job_type"),
+        (
+            {"on_success": {"job_type": "gw.echo", "options": {"delay": "soon"}}},
+            "on_success.options.delay",
+        ),
+        (
+            {"on_finish": {"job_type": "gw.echo", "options": {"run_at": "2030-01-01T00:00:00Z"}}},
+            "on_finish.options.run_at",
+        ),
+        ({"on_finish": {"job_type": "gw.echo", "unknown": 1}}, "on_finish.unknown"),
+        ({"queue": "bad/queue"}, "queue"),
+    ],
+)
+def test_a_bad_batch_is_a_422_naming_the_field_and_writes_nothing(
+    api: Api, body: dict[str, object], field: str
+) -> None:
+    before = table_counts()
+    response = api.post("/sdk/batches", body)
+    assert response.status_code == 422, response.content
+    assert response.json()["field"] == field, response.json()
+    assert table_counts() == before
+
+
+def test_batch_scopes_and_queues(make_token, client_for, api: Api) -> None:
+    reader = client_for(make_token(scopes=("read",)))
+    assert reader.post("/sdk/batches", {}).status_code == 403
+    narrow = client_for(make_token(scopes=("produce", "read"), queues=("gw",)))
+    callback = {"job_type": "gw.echo", "options": {"queue": "elsewhere"}}
+    response = narrow.post("/sdk/batches", {"on_finish": callback})
+    assert response.status_code == 403 and response.json()["field"] == "on_finish.options.queue"
+    response = narrow.post("/sdk/batches", {"on_finish": {"job_type": "gw.echo"}, "queue": "other"})
+    assert response.status_code == 403 and response.json()["field"] == "queue"
+    assert not Batch.objects.exists()
+
+    batch_id = narrow.post("/sdk/batches", {"on_finish": {"job_type": "gw.echo"}}).json()["id"]
+    assert reader.post(f"/sdk/batches/{batch_id}/seal").status_code == 403
+    assert api.post("/sdk/batches/999999/seal").status_code == 404
+    api.post("/sdk/jobs", {"job_type": "gw.echo", "queue": "other", "batch": batch_id})
+    assert narrow.post(f"/sdk/batches/{batch_id}/seal").status_code == 403  # a job on "other"
+    assert narrow.get(f"/sdk/batches/{batch_id}").status_code == 403

@@ -9,6 +9,8 @@
 
 import { errorFor, type ErrorBody, GatewayError, NotFound } from "./errors.js";
 import {
+  batchBody,
+  type BatchOptions,
   type BatchState,
   idSegment,
   type UpstreamPolicy,
@@ -444,6 +446,20 @@ export class Client {
    */
   async enqueueWorkflow(name: string, steps: WorkflowStep[], onUpstreamFailure?: UpstreamPolicy): Promise<WorkflowResult> {
     return this.request("POST", "/workflows", workflowBody(name, steps, onUpstreamFailure));
+  }
+
+  /**
+   * Open a batch with callbacks: add jobs with `enqueue(..., {batch: id})`, then
+   * {@link sealBatch}; it finishes, and makes its callbacks once each, only once
+   * sealed and every job of it ended. Needs `produce` on the callbacks' queues.
+   */
+  async openBatch(options: BatchOptions = {}): Promise<BatchState> {
+    return this.request("POST", "/batches", batchBody(options));
+  }
+
+  /** Seal a batch (again: nothing more); a batch whose jobs all ended finishes here. */
+  async sealBatch(id: number): Promise<BatchState> {
+    return this.request("POST", `/batches/${idSegment("a batch's id", id)}/seal`, {});
   }
 
   /** A batch's counts and callbacks, read now; {@link NotFound} when there is none. */

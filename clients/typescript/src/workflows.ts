@@ -32,6 +32,24 @@ export interface WorkflowStep extends StepOptions {
   onUpstreamFailure?: UpstreamPolicy;
 }
 
+/** A batch's callback: a job made once when the batch reaches it. */
+export interface BatchCallbackSpec {
+  jobType: string;
+  /** Handed to the callback as `payload.payload` (beside `batch` and `counts`). */
+  payload?: unknown;
+  /** Its enqueue options; no `runAt` (it runs when the batch ends). */
+  options?: Omit<StepOptions, "runAt">;
+}
+
+/** `openBatch`'s callbacks and their default queue. */
+export interface BatchOptions {
+  onFinish?: BatchCallbackSpec;
+  onSuccess?: BatchCallbackSpec;
+  onFailure?: BatchCallbackSpec;
+  /** The callbacks' queue when a callback names none. */
+  queue?: string;
+}
+
 /** An enqueued workflow: its id, and each step's jid. */
 export interface WorkflowResult {
   id: number;
@@ -124,6 +142,33 @@ export function workflowBody(
         on_upstream_failure: step.onUpstreamFailure,
       });
     }),
+  });
+}
+
+function callbackBody(spec: BatchCallbackSpec | undefined): Record<string, unknown> | undefined {
+  if (spec === undefined) return undefined;
+  const options = compact({
+    queue: spec.options?.queue,
+    priority: spec.options?.priority,
+    delay: spec.options?.delay,
+    expires_ms: spec.options?.expiresMs,
+    timeout_ms: spec.options?.timeoutMs,
+    max_retry: spec.options?.maxRetry,
+  });
+  return compact({
+    job_type: spec.jobType,
+    payload: spec.payload,
+    options: Object.keys(options).length ? options : undefined,
+  });
+}
+
+/** The JSON body of `POST /sdk/batches`. */
+export function batchBody(options: BatchOptions): Record<string, unknown> {
+  return compact({
+    on_finish: callbackBody(options.onFinish),
+    on_success: callbackBody(options.onSuccess),
+    on_failure: callbackBody(options.onFailure),
+    queue: options.queue,
   });
 }
 

@@ -126,6 +126,27 @@ describe("batches", () => {
     assert.equal(await runOne(), batch.on_finish.jid); // the callback, on the batch's queue
   });
 
+  test("openBatch, jobs joined by enqueue, sealBatch: the callback is made at the seal", async () => {
+    const opened = await client.openBatch({ onFinish: { jobType: "ts.echo", payload: { report: true }, options: { priority: 4 } }, queue: QUEUE });
+    assert.equal(opened.sealed, false);
+    assert.deepEqual(opened.on_finish, { job_type: "ts.echo", jid: "" });
+    await client.enqueue("ts.echo", 1, { queue: QUEUE, batch: opened.id });
+    await client.enqueue("ts.echo", 2, { queue: QUEUE, batch: opened.id });
+    assert.ok(await runOne());
+    assert.ok(await runOne());
+    let batch = await client.getBatch(opened.id);
+    assert.equal(batch.pending, 0);
+    assert.equal(batch.finished_at, null); // not sealed yet
+    batch = await client.sealBatch(opened.id);
+    assert.equal(batch.sealed, true);
+    assert.ok(batch.finished_at);
+    const callback = await client.getJob(batch.on_finish.jid);
+    assert.equal(callback.priority, 4);
+    assert.deepEqual(callback.payload.payload, { report: true });
+    assert.equal(await runOne(), batch.on_finish.jid);
+    await assert.rejects(client.enqueue("ts.echo", 3, { queue: QUEUE, batch: opened.id }), InvalidRequest); // finished
+  });
+
   test("unknown ids are NotFound; a bad id is a TypeError; read needs the read scope", async () => {
     await assert.rejects(client.getBatch(987654321), NotFound);
     await assert.rejects(client.getWorkflow(987654321), NotFound);
