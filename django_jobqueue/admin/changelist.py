@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
@@ -24,16 +25,18 @@ from django.utils.translation import gettext_lazy as _
 
 from ..core.conf import get_config
 from ..core.dbclock import Now
-from ..models import Job, JobStatus
+from ..models import Batch, Job, JobStatus, Workflow
 from ..store.registry import registered_job_types
 from ..store.states import STATE_OF_STATUS, status_label
 
 __all__ = [
+    "BatchFilter",
     "EstimatedCountPaginator",
     "JobTypeFilter",
     "QueueFilter",
     "StatusFilter",
     "UniqueKeyHeldFilter",
+    "WorkflowFilter",
     "planner_rows",
 ]
 
@@ -186,3 +189,77 @@ class UniqueKeyHeldFilter(admin.SimpleListFilter):
         if self.value() == "no":
             return queryset.exclude(held)
         return queryset
+
+
+#: Batches or workflows the filters list (the latest ones); any other is reached by
+#: its link on the console's page, or by ``?batch=<id>`` / ``?workflow=<id>``.
+FLOW_CHOICES = 20
+
+
+class _FlowFilter(admin.SimpleListFilter):
+    """Jobs of one batch or workflow (docs/workflows.md), by its id: the latest
+    :data:`FLOW_CHOICES` listed, newest first, and the chosen one."""
+
+    model: type[Batch] | type[Workflow] = Batch
+    field_name = "batch_id"
+
+    def label(self, row: Any) -> str:
+        """How a row is listed."""
+        return f"{row.pk} ({row.done + row.failed + row.cancelled}/{row.total})"
+
+    def chosen(self) -> int | None:
+        """The chosen id, or None.
+
+        Raises
+        ------
+        IncorrectLookupParameters
+            If the parameter is not an id (the admin then shows the list unfiltered
+            with its ``?e=1`` notice).
+        """
+        value = self.value()
+        if not value:
+            return None
+        if not value.isdigit() or not 1 <= int(value) <= 2**63 - 1:
+            raise IncorrectLookupParameters(f"{self.parameter_name} must be an id: {value!r}")
+        return int(value)
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[Any]:
+        """The latest rows, and the chosen one."""
+        using = model_admin.get_queryset(request).db
+        rows = list(self.model.objects.using(using).order_by("-pk")[:FLOW_CHOICES])
+        try:
+            chosen = self.chosen()
+        except IncorrectLookupParameters:
+            chosen = None
+        if chosen is not None and all(row.pk != chosen for row in rows):
+            rows.extend(self.model.objects.using(using).filter(pk=chosen))
+        return [(str(row.pk), self.label(row)) for row in rows]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep the jobs of the chosen one (by the job table's own index on it)."""
+        chosen = self.chosen()
+        if chosen is None:
+            return queryset
+        return queryset.filter(**{self.field_name: chosen})
+
+
+class BatchFilter(_FlowFilter):
+    """Jobs of one batch."""
+
+    title = _("batch")
+    parameter_name = "batch"
+    model = Batch
+    field_name = "batch_id"
+
+
+class WorkflowFilter(_FlowFilter):
+    """Jobs of one workflow, listed by name and id."""
+
+    title = _("workflow")
+    parameter_name = "workflow"
+    model = Workflow
+    field_name = "workflow_id"
+
+    def label(self, row: Any) -> str:
+        """``<name> <id> (<ended>/<total>)``."""
+        return f"{row.name} {row.pk} ({row.done + row.failed + row.cancelled}/{row.total})"

@@ -32,11 +32,13 @@ from ..models import Job
 from ..operations import act_in_batches
 from ..store.states import state_label
 from .changelist import (
+    BatchFilter,
     EstimatedCountPaginator,
     JobTypeFilter,
     QueueFilter,
     StatusFilter,
     UniqueKeyHeldFilter,
+    WorkflowFilter,
 )
 from .display import error_time, hidden, pretty, time_display
 from .jobbuttons import JobButtons, admin_actor
@@ -175,7 +177,14 @@ class JobAdmin(JobButtons):
         "attempt",
         "run_at_list",
     )
-    list_filter = (StatusFilter, QueueFilter, JobTypeFilter, UniqueKeyHeldFilter)
+    list_filter = (
+        StatusFilter,
+        QueueFilter,
+        JobTypeFilter,
+        UniqueKeyHeldFilter,
+        BatchFilter,
+        WorkflowFilter,
+    )
     search_fields = ("jid", "job_id")
     search_help_text = _("An exact jid or job id.")
     #: Newest first, by the primary key's index; no column sorts (each would sort the

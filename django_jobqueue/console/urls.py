@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import actions, plans, pro, progress, views
+from . import actions, flowpages, plans, pro, progress, views
 
 app_name = "django_jobqueue_console"
 
@@ -22,6 +22,8 @@ urlpatterns = [
     path("jobs/<str:jid>/<str:action>/", actions.job_action, name="job_action"),
     path("pause-queue/", actions.pause_named, name="pause_named"),
     path("queues/<path:queue>/<str:action>/", actions.queue_action, name="queue_action"),
+    path("batches/<int:batch_id>/", flowpages.batch_detail, name="batch"),
+    path("workflows/<int:workflow_id>/", flowpages.workflow_detail, name="workflow"),
     path("workers/", views.workers, name="workers"),
     path("schedules/", views.schedules, name="schedules"),
     path("schedules/new/", plans.schedule_new, name="schedule_new"),

@@ -22,7 +22,8 @@ from ..core.conf import get_config
 from ..core.exceptions import InvalidOption, InvalidRequest, JobQueueError, ProRequired
 from ..core.origin import enqueued_by
 from ..core.validation import check_delay, check_json, check_queue, check_text
-from ..enqueue import JobSpec, build_job, create_job, jobs_database
+from ..enqueue import EnqueueResult, JobSpec, build_job, create_job, jobs_database
+from ..flows.links import create_linked, pop_link
 from ..models import Job, JobStatus
 from ..operations import act_in_batches
 from ..store import states
@@ -138,10 +139,40 @@ def enqueue(request: HttpRequest, spec: JobIn) -> Any:
         raise _refusal(exc) from exc
     require(request, "produce", [job.queue])
     try:
-        result = create_job(job)
+        result = _create(job, spec)
     except JobQueueError as exc:
         raise _refusal(exc) from exc
     return Status(201 if result.status == "enqueued" else 200, dict(result))
+
+
+def _create(job: JobSpec, spec: JobIn) -> EnqueueResult:
+    """Create ``job``, joined to ``spec.batch`` and waiting for ``spec.after`` if given
+    (docs/workflows.md; the path of ``enqueue_job(..., batch=, after=)``).
+
+    Raises
+    ------
+    JobQueueError
+        As ``create_job``; ``InvalidRequest`` with ``.field`` ``batch`` or ``after``
+        for a batch or an upstream jid that does not exist. Nothing is written then.
+    """
+    if spec.batch is None and spec.after is None and spec.on_upstream_failure is None:
+        return create_job(job)
+    if spec.on_upstream_failure is not None and not spec.after:
+        both = InvalidOption("on_upstream_failure is the policy of after's edges: give after.")
+        both.field = "on_upstream_failure"  # type: ignore[attr-defined]
+        raise both
+    link = pop_link(
+        {
+            "batch": spec.batch,
+            "after": spec.after or (),
+            "on_upstream_failure": spec.on_upstream_failure or "cancel",
+        }
+    )
+    try:
+        return create_linked([job], link, many=False)[0]
+    except InvalidRequest as exc:
+        exc.field = "after" if str(exc).startswith("after") else "batch"  # type: ignore[attr-defined]
+        raise
 
 
 @router.post(
@@ -167,6 +198,16 @@ def enqueue_batch(request: HttpRequest, batch: BatchIn) -> Any:
             field="jobs",
         )
     specs: list[JobSpec] = []
+    for index, item in enumerate(batch.jobs):
+        for name in ("batch", "after", "on_upstream_failure"):
+            if getattr(item, name) is not None:
+                raise GatewayError(
+                    "invalid_request",
+                    f"POST /sdk/jobs/batch takes no {name}: enqueue such a job with "
+                    "POST /sdk/jobs, or a graph with POST /sdk/workflows.",
+                    field=f"jobs[{index}].{name}",
+                    extra={"index": index, "reason": "invalid_option"},
+                )
     with enqueued_by(origin_of(token)):
         for index, item in enumerate(batch.jobs):
             try:

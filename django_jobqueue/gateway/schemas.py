@@ -62,6 +62,7 @@ __all__ = [
 ]
 
 _MAX_INT = 2_147_483_647
+_MAX_BIGINT = 2**63 - 1
 #: run_at's bounds from now: every database stores dates between them.
 _MAX_SPAN = timedelta(days=100 * 365)
 
@@ -90,6 +91,8 @@ Storable = AfterValidator(_storable)
 Name = Annotated[StrictStr, Field(min_length=1, max_length=200), Storable]
 QueueName = Annotated[StrictStr, Field(min_length=1, max_length=100), AfterValidator(_queue_name)]
 Text = Annotated[StrictStr, Field(min_length=1, max_length=1024), Storable]
+#: A job's jid as the gateway answers it: 32 lowercase hex digits.
+Jid = Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{32}$")]
 
 
 def _iso_text(value: Any) -> Any:
@@ -152,6 +155,16 @@ class JobIn(_In):
     unique_mode: Literal["while_locked", "until_executing", "until_executed"] | None = None
     unique_ttl_ms: Annotated[int, Field(strict=True, ge=0, le=10**12)] | None = None
     id: Text | None = Field(None, description="An id (docs/design.md#ids); a held id answers 409.")
+    batch: Annotated[int, Field(strict=True, ge=1, le=_MAX_BIGINT)] | None = Field(
+        None, description="An existing batch's id to join (docs/workflows.md); POST /sdk/jobs only."
+    )
+    after: Annotated[list[Jid], Field(min_length=1, max_length=1000)] | None = Field(
+        None,
+        description="Jids of jobs this one waits for (docs/workflows.md); POST /sdk/jobs only.",
+    )
+    on_upstream_failure: Literal["cancel", "skip", "ignore"] | None = Field(
+        None, description="With after: what an upstream job's death does to this one."
+    )
 
     _run_at = field_validator("run_at")(_bounded)
 

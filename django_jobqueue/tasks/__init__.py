@@ -27,7 +27,13 @@ READY, ``processing`` is RUNNING, ``error``/``max_retry``/``cancelled`` are FAIL
 ``task_started`` by the worker before the task function runs, ``task_finished`` when
 the job's final outcome is stored (not after an attempt that will be retried).
 
-Parts: ``backend`` (:class:`JobQueueBackend`), ``options`` (``OPTIONS`` and
+Batches and workflows (docs/workflows.md "django.tasks"): tasks enqueued in a ``with
+batch()`` block join it, in a ``with wait_for(...)`` block wait for those jobs;
+:func:`in_batch` joins an existing batch; :func:`add_task` adds a task's call to a
+``Workflow``.
+
+Parts: ``backend`` (:class:`JobQueueBackend`), ``links`` (:func:`in_batch`,
+:func:`add_task`), ``options`` (``OPTIONS`` and
 :func:`task_options`), ``results`` (priority and status mapping, ``TaskResult`` from a
 job) and ``runner`` (the job type of a task and its handler on the workers). Import
 from this package, not from its parts.
@@ -36,6 +42,7 @@ from this package, not from its parts.
 from __future__ import annotations
 
 from .backend import JobQueueBackend
+from .links import add_task, in_batch
 from .options import task_options
 from .results import (
     job_priority_to_task_priority,
@@ -47,7 +54,9 @@ from .runner import run_task_job, task_job_description
 
 __all__ = [
     "JobQueueBackend",
+    "add_task",
     "job_priority_to_task_priority",
+    "in_batch",
     "job_status_to_task_status",
     "run_task_job",
     "task_job_description",

@@ -22,6 +22,7 @@ from ..core.compat import (
 )
 from ..core.exceptions import ImproperlyConfiguredJobQueue
 from ..core.validation import QUEUE_NAME_RULE, queue_name_problem, text_problem
+from .links import current_links
 from .options import BACKEND_KEYS, OPTIONS_ATTRIBUTE, parse_options
 from .results import task_priority_to_job_priority, task_result_from_job
 
@@ -106,21 +107,14 @@ class JobQueueBackend(BaseTaskBackend):
                 "job type; give the function or its module a shorter name."
             )
 
-    def enqueue(self, task: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
-        """Enqueue ``task`` as a job; inside ``transaction.atomic()`` it joins it.
+    def job_of(
+        self, task: Any, args: Iterable[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Return the job of a call of ``task``: its payload and ``enqueue_job`` options.
 
-        Parameters
-        ----------
-        task:
-            The ``Task`` (its queue, priority and ``run_after`` are used).
-        args, kwargs:
-            JSON-serializable arguments of the task function.
-
-        Returns
-        -------
-        TaskResult
-            The new job's result, READY; for a ``unique`` task whose key is held,
-            the holder's result.
+        The job type is ``task.module_path`` and the queue ``task.queue_name``; the
+        options are ``at``, ``priority``, ``max_retry``, ``timeout_ms`` and, for a
+        ``unique`` task, the unique key's (only those set).
 
         Raises
         ------
@@ -130,15 +124,7 @@ class JobQueueBackend(BaseTaskBackend):
             If args or kwargs are not JSON-serializable (as Django raises).
         ImproperlyConfiguredJobQueue
             If this backend's ``OPTIONS`` are invalid.
-        django_jobqueue.core.exceptions.JobQueueError
-            As :func:`django_jobqueue.enqueue.enqueue_job` raises (``LockTimeout``,
-            ``WrongDatabase``, ``ProRequired``). Nothing is written then.
-
-        Implements: docs/design.md#states.
         """
-        # deferred: enqueue imports models, and TASKS may load this before apps are ready
-        from ..enqueue import enqueue_job, jobs_database
-
         self.validate_task(task)
         args = cast("list[Any]", normalize_json(list(args)))
         kwargs = cast("dict[str, Any]", normalize_json(dict(kwargs)))
@@ -165,12 +151,49 @@ class JobQueueBackend(BaseTaskBackend):
                 unique_mode=options.get("unique_mode"),
                 unique_ttl_ms=options.get("unique_ttl_ms"),
             )
-        answer = enqueue_job(
-            task.queue_name,
-            task.module_path,
-            payload,
-            **{key: value for key, value in enqueue_options.items() if value is not None},
-        )
+        return payload, {key: value for key, value in enqueue_options.items() if value is not None}
+
+    def enqueue(self, task: Any, args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
+        """Enqueue ``task`` as a job; inside ``transaction.atomic()`` it joins it.
+
+        Parameters
+        ----------
+        task:
+            The ``Task`` (its queue, priority and ``run_after`` are used).
+        args, kwargs:
+            JSON-serializable arguments of the task function.
+
+        Returns
+        -------
+        TaskResult
+            The new job's result, READY; for a ``unique`` task whose key is held,
+            the holder's result.
+
+        Raises
+        ------
+        InvalidTask
+            If the task does not fit this backend (queue, priority, run_after).
+        TypeError
+            If args or kwargs are not JSON-serializable (as Django raises).
+        ImproperlyConfiguredJobQueue
+            If this backend's ``OPTIONS`` are invalid.
+        django_jobqueue.core.exceptions.JobQueueError
+            As :func:`django_jobqueue.enqueue.enqueue_job` raises (``LockTimeout``,
+            ``WrongDatabase``, ``ProRequired``), and ``InvalidRequest`` inside an
+            :func:`~django_jobqueue.tasks.in_batch` block whose batch does not exist
+            or has finished, or a ``wait_for()`` block naming no job. Nothing is
+            written then.
+
+        Implements: docs/design.md#states.
+        """
+        # deferred: enqueue imports models, and TASKS may load this before apps are ready
+        from ..enqueue import enqueue_job, jobs_database
+
+        payload, enqueue_options = self.job_of(task, args, kwargs)
+        # docs/workflows.md "django.tasks": inside an ``in_batch()`` block the job joins
+        # that batch (``batch()`` and ``wait_for()`` blocks act in enqueue_job).
+        enqueue_options.update(current_links())
+        answer = enqueue_job(task.queue_name, task.module_path, payload, **enqueue_options)
         using = jobs_database()
         result = self._get_result(using, answer.jid, task=task)
         if not answer.deduplicated:

@@ -70,6 +70,16 @@ NOT_IN_CLIENTS = {
     "unique_lock_release": "a Pro admin route, operated from the console",
     "jobs_bulk": "a Pro route, and the conformance gateways run without a licence; the "
     "Python client's bulk is tested on a licensed gateway in tests/client/test_bulk_progress.py",
+    "enqueue_workflow": "in the TypeScript client only so far (enqueueWorkflow, tested by "
+    "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
+    "get_batch": "in the TypeScript client only so far (getBatch, tested by "
+    "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
+    "open_batch": "in the TypeScript client only so far (openBatch, tested by "
+    "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
+    "seal_batch": "in the TypeScript client only so far (sealBatch, tested by "
+    "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
+    "get_workflow": "in the TypeScript client only so far (getWorkflow, tested by "
+    "clients/typescript/test/workflows.test.mjs); a conformance scenario would need every client",
 }
 #: Seconds a worker may take to drain its jobs.
 WORKER_TIMEOUT_S = 120

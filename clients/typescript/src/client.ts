@@ -8,6 +8,17 @@
  */
 
 import { errorFor, type ErrorBody, GatewayError, NotFound } from "./errors.js";
+import {
+  batchBody,
+  type BatchOptions,
+  type BatchState,
+  idSegment,
+  type UpstreamPolicy,
+  workflowBody,
+  type WorkflowResult,
+  type WorkflowState,
+  type WorkflowStep,
+} from "./workflows.js";
 
 /** Where the gateway is and how to authenticate. */
 export interface ClientOptions {
@@ -42,6 +53,12 @@ export interface EnqueueOptions {
   uniqueTtlMs?: number;
   /** An id the job holds (docs/design.md#ids); a held id is a {@link DuplicateJob}. */
   id?: string;
+  /** An existing batch's id: the job joins it. `enqueue` only (not `enqueueBatch`). */
+  batch?: number;
+  /** Jids of jobs this one waits for (state `blocked` until they are done). `enqueue` only. */
+  after?: string[];
+  /** With `after`: what an upstream job's death does to this one (default `cancel`). */
+  onUpstreamFailure?: UpstreamPolicy;
 }
 
 /** One job of a batch. */
@@ -65,14 +82,7 @@ export interface ErrorEntry {
 }
 
 /** The state words of docs/design.md#states. */
-export type JobState =
-  | "scheduled"
-  | "waiting"
-  | "running"
-  | "failed"
-  | "done"
-  | "cancelled"
-  | "blocked";
+export type JobState = "scheduled" | "waiting" | "blocked" | "running" | "failed" | "done" | "cancelled";
 
 /** A job by jid (`GET /sdk/jobs/{jid}`); payload and result null for a secure type. */
 export interface Job {
@@ -250,6 +260,9 @@ function jobBody(jobType: string, payload: unknown, options: EnqueueOptions): Re
     unique_mode: options.uniqueMode,
     unique_ttl_ms: options.uniqueTtlMs,
     id: options.id,
+    batch: options.batch,
+    after: options.after,
+    on_upstream_failure: options.onUpstreamFailure,
   });
 }
 
@@ -424,6 +437,39 @@ export class Client {
     const body = { jobs: jobs.map(({ jobType, payload, ...options }) => jobBody(jobType, payload, options)) };
     const answer = await this.request<{ results: EnqueueResult[] }>("POST", "/jobs/batch", body);
     return answer.results;
+  }
+
+  /**
+   * Enqueue a workflow: named steps, each after the steps it names (any order, no
+   * cycle), all or nothing. A bad step rejects with {@link InvalidRequest} whose
+   * `field` names it (`steps[2].after` for a cycle through it). Needs `produce`.
+   */
+  async enqueueWorkflow(name: string, steps: WorkflowStep[], onUpstreamFailure?: UpstreamPolicy): Promise<WorkflowResult> {
+    return this.request("POST", "/workflows", workflowBody(name, steps, onUpstreamFailure));
+  }
+
+  /**
+   * Open a batch with callbacks: add jobs with `enqueue(..., {batch: id})`, then
+   * {@link sealBatch}; it finishes, and makes its callbacks once each, only once
+   * sealed and every job of it ended. Needs `produce` on the callbacks' queues.
+   */
+  async openBatch(options: BatchOptions = {}): Promise<BatchState> {
+    return this.request("POST", "/batches", batchBody(options));
+  }
+
+  /** Seal a batch (again: nothing more); a batch whose jobs all ended finishes here. */
+  async sealBatch(id: number): Promise<BatchState> {
+    return this.request("POST", `/batches/${idSegment("a batch's id", id)}/seal`, {});
+  }
+
+  /** A batch's counts and callbacks, read now; {@link NotFound} when there is none. */
+  async getBatch(id: number): Promise<BatchState> {
+    return this.request("GET", `/batches/${idSegment("a batch's id", id)}`);
+  }
+
+  /** A workflow's counts and each step's state, read now; {@link NotFound} when there is none. */
+  async getWorkflow(id: number): Promise<WorkflowState> {
+    return this.request("GET", `/workflows/${idSegment("a workflow's id", id)}`);
   }
 
   /** The job `jid`; rejects with {@link NotFound} when there is none. */

@@ -6,3 +6,4 @@
 export * from "./client.js";
 export * from "./errors.js";
 export * from "./worker.js";
+export * from "./workflows.js";
