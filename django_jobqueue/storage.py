@@ -38,14 +38,14 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, F, JSONField, Q, Value, When
 from django.db.models.functions import Coalesce
 
-from . import storage_sql
+from . import storage_limits, storage_sql
 from .core import reconnect
 from .core.backoff import backoff_ms
 from .core.conf import get_config
 from .core.dbclock import Now
 from .core.validation import check_json, hold_hash
 from .models import Job, JobStatus, QueuePause
-from .store import locks, unique
+from .store import limits, locks, unique
 from .store.errorlog import describe, error_entry, escaped
 from .store.jobstats import count_outcome, count_pickups
 from .store.pauses import paused_queues
@@ -167,7 +167,11 @@ def claim(
     -------
     list[Job]
         The claimed jobs in claim order, each ``processing`` with ``attempt``
-        incremented and a ``lease_token`` that guards its later updates. Jobs of a
+        incremented and a ``lease_token`` that guards its later updates. While any
+        flow-control limit is active (docs/limits.md), the claim takes only what every
+        limit over a job allows, in the same transaction
+        (:mod:`django_jobqueue.storage_limits`); with none, it is the one statement
+        of :mod:`django_jobqueue.storage_sql`. Jobs of a
         paused queue are never claimed: the claim statement itself leaves out the
         queues of the pause table, so a job enqueued after a pause committed (in any
         process) waits until the resume. The process's cache of the paused set
@@ -186,7 +190,12 @@ def claim(
         else:
             exclude_queues = sorted(paused)
     token = uuid.uuid4().hex
-    args = (using, owner, limit, queues, exclude_types, lease_ms, exclude_queues, token, started)
+    view = reconnect.retry_on_disconnect(using, limits.active, using)
+    if not storage_limits.applies(view, queues, exclude_types):
+        view = None
+    args = (
+        using, owner, limit, queues, exclude_types, lease_ms, exclude_queues, token, started, view,
+    )  # fmt: skip
 
     def claim_once() -> list[Job]:
         return locks.retry_when_locked(using, functools.partial(_claim, *args))
@@ -225,8 +234,22 @@ def _claim(
     exclude_queues: Sequence[str],
     token: str,
     started: bool,
+    view: limits.LimitsView | None,
 ) -> list[Job]:
     lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
+    if view is not None and storage_sql.supported(using):
+        return storage_limits.claim_limited(
+            using,
+            view=view,
+            owner=owner[:200],
+            token=token,
+            limit=limit,
+            queues=queues,
+            exclude_types=exclude_types,
+            exclude_queues=exclude_queues,
+            lease=lease,
+            started=started,
+        )
     if storage_sql.supported(using):
         return storage_sql.claim_rows(
             using,

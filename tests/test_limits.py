@@ -1,0 +1,265 @@
+"""Flow-control limits (docs/limits.md): declaration, run-time overrides, and the
+claim's enforcement, on SQLite, PostgreSQL and MariaDB.
+
+Claims here are made directly (``storage.claim``) so each assertion is about one
+claim's decision; tests/worker/test_limits_race.py races real worker processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_jobqueue import enqueue_job, storage
+from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption
+from django_jobqueue.core.limitspec import Limit, Rate, parse_limit, parse_rate
+from django_jobqueue.models import Job, JobStatus, LimitOverride
+from django_jobqueue.reaping import reap_expired
+from django_jobqueue.store import limits
+from django_jobqueue.store.registry import describe
+from django_jobqueue.storage_limits import clear_throttled
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_limits() -> Any:
+    limits.clear_cache()
+    clear_throttled()
+    yield
+    limits.clear_cache()
+    clear_throttled()
+
+
+def enqueue(customer: str, count: int, job_type: str = "limits.run", **options: Any) -> list[str]:
+    return [
+        enqueue_job("lim", job_type, {"customer": customer, "n": i}, **options)["jid"]
+        for i in range(count)
+    ]
+
+
+def claim(count: int = 10, **options: Any) -> list[Job]:
+    return storage.claim("default", owner="t", limit=count, **options)
+
+
+# The shape -------------------------------------------------------------------------
+
+
+def test_parse_limit__reads_every_key() -> None:
+    limit = parse_limit(
+        {"concurrency": 2, "rate": "10/m", "burst": 3, "partition": "payload.c", "fair": True}
+    )
+    assert limit == Limit(
+        concurrency=2, rate=Rate(10, 60), burst=3, partition="payload.c", fair=True
+    )
+    assert limit.bucket == 3
+    assert parse_limit({"rate": "500/s"}).bucket == 500
+    assert parse_limit({"rate": "100/m"}).bucket == 2  # one second's worth, rounded up
+    assert parse_rate("1000/h").per_s == pytest.approx(1000 / 3600)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"concurrency": 0}, "concurrency must be an integer >= 1: got 0"),
+        ({"concurrency": True}, "concurrency must be an integer >= 1: got True"),
+        ({"rate": "10/d"}, "A rate must be 'N/s', 'N/m' or 'N/h'"),
+        ({"rate": "0/s"}, "A rate must be 'N/s', 'N/m' or 'N/h'"),
+        ({"concurrency": 1, "burst": 2}, "burst needs a rate"),
+        ({"concurrency": 1, "partition": "customer"}, "partition must be 'payload.<field>"),
+        ({"concurrency": 1, "fair": True}, "fair needs a partition"),
+        ({"partition": "key"}, "needs a concurrency or a rate"),
+        ({"limit": 3}, "Unknown limit keys ['limit']"),
+        ([("concurrency", 1)], "limits must be a dict"),
+    ],
+)
+def test_parse_limit__refuses_bad_limits_by_name(raw: Any, message: str) -> None:
+    with pytest.raises(InvalidOption, match=message.replace("[", r"\[").replace("(", r"\(")):
+        parse_limit(raw)
+
+
+def test_job_description__takes_limits_and_names_the_type_when_bad() -> None:
+    desc = describe("x.y", lambda p, c: None, {"limits": {"concurrency": 3}})
+    assert desc.limits == Limit(concurrency=3)
+    with pytest.raises(ImproperlyConfiguredJobQueue, match="Job type 'x.y'.*concurrency"):
+        describe("x.y", lambda p, c: None, {"limits": {"concurrency": -1}})
+
+
+def test_settings__queue_and_job_type_limits_are_checked() -> None:
+    from django_jobqueue.core.conf import validate_settings
+
+    bad = {
+        "QUEUES": {"sms": {"limits": {"rate": "fast"}}},
+        "JOB_TYPES": {"a.b": {"handler": "x.y", "limits": {"concurrency": "2"}}},
+    }
+    with override_settings(JOBQUEUE=bad):
+        problems = validate_settings()
+    assert problems == [
+        "JOBQUEUE['QUEUES']['sms']: A rate must be 'N/s', 'N/m' or 'N/h' with N an integer "
+        ">= 1: got 'fast'.",
+        "JOBQUEUE['JOB_TYPES']['a.b']['limits']: A limit's concurrency must be an integer "
+        ">= 1: got '2'.",
+    ]
+
+
+def test_runtime_override__wins_until_cleared() -> None:
+    with override_settings(JOBQUEUE={"QUEUES": {"lim": {"limits": {"concurrency": 5}}}}):
+        limits.clear_cache()
+        assert limits.active("default").queues == {"lim": Limit(concurrency=5)}
+        limits.set_limit("default", "queue:lim", {"concurrency": 1}, by="test")
+        assert limits.active("default").queues == {"lim": Limit(concurrency=1)}
+        limits.set_limit("default", "queue:lim", {})  # lifts the declared one
+        assert not limits.active("default")
+        assert limits.clear_limit("default", "queue:lim") is True
+        assert limits.active("default").queues == {"lim": Limit(concurrency=5)}
+    assert LimitOverride.objects.count() == 0
+
+
+def test_set_limit__refuses_bad_targets_and_writes_nothing() -> None:
+    with pytest.raises(InvalidOption, match="'type:<job type>' or 'queue:<queue>'"):
+        limits.set_limit("default", "sms", {"concurrency": 1})
+    with pytest.raises(InvalidOption, match="a callable is only taken by @job"):
+        limits.set_limit("default", "type:a", {"concurrency": 1, "partition": len})
+    assert LimitOverride.objects.count() == 0
+
+
+# Enqueue: the partition key ----------------------------------------------------------
+
+
+def test_enqueue__stores_the_explicit_limit_key_and_refuses_bad_ones() -> None:
+    (jid,) = enqueue("c1", 1, limit_key="tenant-9")
+    assert Job.objects.get(jid=jid).limit_key == "tenant-9"
+    (plain,) = enqueue("c1", 1)
+    assert Job.objects.get(jid=plain).limit_key == ""
+    with pytest.raises(InvalidOption, match="limit_key must be a string of 1 to 200"):
+        enqueue("c1", 1, limit_key="")
+    with pytest.raises(InvalidOption, match="limit_key must be a string of 1 to 200"):
+        enqueue("c1", 1, limit_key="k" * 201)
+    assert Job.objects.count() == 2
+
+
+def test_enqueue__stores_the_declared_partitions_key_one_per_payload_in_a_batch() -> None:
+    from django_jobqueue import enqueue_many
+
+    partitioned = {"QUEUES": {"lim": {"limits": {"concurrency": 1, "partition": "payload.customer"}}}}
+    with override_settings(JOBQUEUE=partitioned):
+        enqueue_many(
+            [{"queue": "lim", "job_type": "limits.run", "payload": {"customer": c}} for c in "ab"]
+            + [{"queue": "lim", "job_type": "limits.run", "payload": {"customer": 7}}]
+        )
+    assert sorted(Job.objects.values_list("limit_key", flat=True)) == ["7", "a", "b"]
+
+
+# The claim ----------------------------------------------------------------------------
+
+
+def test_claim__a_global_concurrency_takes_only_the_free_slots() -> None:
+    enqueue("c", 5)
+    limits.set_limit("default", "type:limits.run", {"concurrency": 2})
+    first = claim(10)
+    assert len(first) == 2
+    assert claim(10) == []  # both slots held
+    assert storage.complete(first[0])
+    assert len(claim(10)) == 1  # the ended job's slot, once
+    assert claim(10) == []
+
+
+def test_claim__a_limited_type_does_not_block_other_types_of_its_queue() -> None:
+    limited = enqueue("c", 4)
+    free = enqueue("c", 3, "limits.free")
+    limits.set_limit("default", "type:limits.run", {"concurrency": 1})
+    jobs = claim(10)
+    assert sorted(j.jid for j in jobs) == sorted([limited[0], *free])
+
+
+def test_claim__a_partitioned_concurrency_counts_per_key_in_claim_order() -> None:
+    a = enqueue("a", 4)
+    b = enqueue("b", 4)
+    limits.set_limit(
+        "default", "type:limits.run", {"concurrency": 2, "partition": "payload.customer"}
+    )
+    jobs = claim(10)
+    assert [j.jid for j in jobs] == [a[0], a[1], b[0], b[1]]  # FIFO within each key
+    assert claim(10) == []
+    storage.fail(jobs[0], RuntimeError("x"), retryable=False)
+    assert [j.jid for j in claim(10)] == [a[2]]
+
+
+def test_claim__a_partition_set_at_run_time_applies_to_jobs_already_waiting() -> None:
+    enqueue("a", 3)
+    enqueue("b", 3)  # no partition was declared: their limit_key is ""
+    assert set(Job.objects.values_list("limit_key", flat=True)) == {""}
+    limits.set_limit(
+        "default", "type:limits.run", {"concurrency": 1, "partition": "payload.customer"}
+    )
+    jobs = claim(10)
+    assert sorted(j.payload["customer"] for j in jobs) == ["a", "b"]
+
+
+def test_claim__an_explicit_limit_key_wins_over_the_payload_field() -> None:
+    enqueue("a", 2, limit_key="shared")
+    enqueue("b", 2, limit_key="shared")
+    limits.set_limit(
+        "default", "type:limits.run", {"concurrency": 1, "partition": "payload.customer"}
+    )
+    assert len(claim(10)) == 1
+
+
+def test_claim__a_queue_limit_and_a_type_limit_both_hold() -> None:
+    enqueue("a", 3)
+    enqueue("a", 3, "limits.free")
+    limits.set_limit("default", "queue:lim", {"concurrency": 3})
+    limits.set_limit("default", "type:limits.run", {"concurrency": 1})
+    jobs = claim(10)
+    assert sorted(j.job_type for j in jobs) == ["limits.free", "limits.free", "limits.run"]
+
+
+def test_claim__a_reaped_lease_frees_its_slot() -> None:
+    enqueue("a", 2)
+    limits.set_limit("default", "type:limits.run", {"concurrency": 1})
+    (held,) = claim(10, lease_ms=1)
+    assert claim(10) == []
+    Job.objects.filter(pk=held.pk).update(started_at=held.heartbeat_at)  # it had started
+    import time
+
+    time.sleep(0.05)
+    assert reap_expired("default") == 1
+    again = claim(10)
+    assert len(again) == 1  # one slot, back once
+    assert claim(10) == []
+
+
+def test_claim__a_rate_allows_the_burst_then_one_start_per_token() -> None:
+    enqueue("a", 10)
+    limits.set_limit("default", "type:limits.run", {"rate": "1/h", "burst": 3})
+    assert len(claim(10)) == 3
+    assert claim(10) == []
+    from django_jobqueue.storage_limits import throttled_ms
+
+    wait = throttled_ms("default")
+    assert wait is not None and 3_000_000 < wait <= 3_600_000  # about an hour for a token
+
+
+def test_claim__a_retry_is_a_start_and_takes_a_token() -> None:
+    enqueue("a", 3)
+    limits.set_limit("default", "type:limits.run", {"rate": "1/h", "burst": 2})
+    first, _second = claim(10)
+    storage.fail(first, RuntimeError("again"))
+    Job.objects.filter(pk=first.pk).update(run_at=first.heartbeat_at)  # due at once
+    assert claim(10) == []  # the retry waits for a token like a first start
+
+
+def test_claim__without_limits_keeps_its_one_statement(django_assert_num_queries: Any) -> None:
+    enqueue("a", 3)
+    limits.active("default")  # the cached view: read at most every half second
+    from django_jobqueue.store.pauses import paused_queues
+
+    paused_queues("default")
+    statements = {"postgresql": 1, "mysql": 4, "sqlite": 1}
+    from django.db import connection
+
+    with django_assert_num_queries(statements[connection.vendor]):
+        assert len(claim(10)) == 3
+    assert Job.objects.filter(status=JobStatus.PROCESSING).count() == 3
