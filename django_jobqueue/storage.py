@@ -190,8 +190,8 @@ def claim(
         else:
             exclude_queues = sorted(paused)
     token = uuid.uuid4().hex
-    view = reconnect.retry_on_disconnect(using, limits.active, using)
-    if not storage_limits.applies(view, queues, exclude_types):
+    view: limits.LimitsView | None = reconnect.retry_on_disconnect(using, limits.active, using)
+    if view is not None and not storage_limits.applies(view, queues, exclude_types):
         view = None
     args = (
         using, owner, limit, queues, exclude_types, lease_ms, exclude_queues, token, started, view,
@@ -452,6 +452,7 @@ def complete_many(
     for (job, result), ms in zip(items, times, strict=True):
         if job.pk in stored:
             count_outcome(job, "done", run_ms=ms)
+            _slot_freed(job)
             flags.append(True)
         else:
             flags.append(complete(job, result, run_ms=ms))
@@ -562,10 +563,14 @@ def unclaim(job: Job, rows: Any, fields: dict[str, Any], what: str) -> bool:
     if job.unique_mode == unique.UNTIL_EXECUTING and job.unique_key is not None:
         held = _write_holding_key(job, rows, fields, what)
         if held is not None:
+            if held:
+                _slot_freed(job)
             return held
     updated = retrying(_database(job), rows.update, **fields)
     if not updated and what:
         _log_lease_lost(job, what)
+    if updated:
+        _slot_freed(job)
     return bool(updated)
 
 
@@ -644,6 +649,7 @@ def _write_or_rerun(
     """
     for _round in range(8):
         if retrying(_database(job), _guarded(job).filter(rerun=False).update, **fields):
+            _slot_freed(job)
             return True
         if retrying(
             _database(job), _guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)
@@ -655,6 +661,15 @@ def _write_or_rerun(
             break
     _log_lease_lost(job, what)
     return None
+
+
+def _slot_freed(job: Job) -> None:
+    """Wake the idle workers of ``job``'s queue if its end freed a slot they wait for:
+    a limit over it was at its concurrency at this process's last claim (docs/limits.md
+    "Waiting"). A memory read; the wake-up is sent after the commit."""
+    using = _database(job)
+    if storage_limits.saturated(using, job.job_type, job.queue):
+        notify_on_commit(using, job.queue)
 
 
 def _write(job: Job, fields: dict[str, Any], what: str) -> bool:

@@ -47,7 +47,14 @@ from .models import Job, JobStatus, LimitState, QueuePause
 from .store import locks, unique
 from .store.limits import LimitsView
 
-__all__ = ["applies", "claim_limited", "clear_throttled", "key_sql", "throttled_ms"]
+__all__ = [
+    "applies",
+    "claim_limited",
+    "clear_throttled",
+    "key_sql",
+    "saturated",
+    "throttled_ms",
+]
 
 #: Most candidates one claim locks beyond the jobs it wants, when some may be refused
 #: (a key near its limit, a rate).
@@ -56,6 +63,9 @@ MAX_EXTRA_CANDIDATES = 100
 _hints_lock = threading.Lock()
 #: alias -> monotonic time before which no rate-limited job may start.
 _throttled: dict[str, float] = {}
+#: alias -> targets this process's last claim found at their concurrency (a key or
+#: the whole target): a job of theirs that ends wakes the idle workers of its queue.
+_saturated: dict[str, frozenset[str]] = {}
 
 Pair = tuple[str, str]
 
@@ -77,9 +87,19 @@ def throttled_ms(using: str) -> int | None:
 
 
 def clear_throttled() -> None:
-    """Forget every note of a rate-throttled claim (tests)."""
+    """Forget every note of a throttled claim (tests)."""
     with _hints_lock:
         _throttled.clear()
+        _saturated.clear()
+
+
+def saturated(using: str, job_type: str, queue: str) -> bool:
+    """Whether this process's last limited claim on ``using`` found a limit over jobs
+    of ``job_type`` in ``queue`` at its concurrency: the end of such a job frees a
+    slot that idle workers wait for (:func:`django_jobqueue.storage.complete` and
+    the other outcomes then wake them). Reads no table."""
+    names = _saturated.get(using, frozenset())
+    return f"type:{job_type}" in names or f"queue:{queue}" in names
 
 
 def key_sql(using: str, limit: Limit) -> tuple[str, list[Any]]:
@@ -94,6 +114,8 @@ def key_sql(using: str, limit: Limit) -> tuple[str, list[Any]]:
         return "limit_key", []
     path = partition.split(".")[1:]
     vendor = connections[using].vendor
+    extract: str
+    params: list[Any]
     if vendor == "postgresql":
         extract, params = "(payload #>> %s)", [path]
     else:
@@ -129,9 +151,7 @@ def _targets(
     return found
 
 
-def applies(
-    view: LimitsView, queues: Sequence[str] | None, exclude_types: Collection[str]
-) -> bool:
+def applies(view: LimitsView, queues: Sequence[str] | None, exclude_types: Collection[str]) -> bool:
     """Whether a claim of ``queues`` (None: all) without ``exclude_types`` may meet a
     job under one of ``view``'s limits (then it takes :func:`claim_limited`)."""
     return bool(view) and bool(_targets(view, queues, exclude_types))
@@ -222,8 +242,10 @@ def _claim(
         for t in targets
     )
     want = min(limit * 2, limit + MAX_EXTRA_CANDIDATES) if tight else limit
-    rows = _candidates(using, targets, want, queues, exclude_types, exclude_queues, full)
+    rows = _candidates(using, targets, want, queues, exclude_types, exclude_queues, frozenset(full))
     if not rows:
+        with _hints_lock:
+            _saturated[using] = frozenset(name for name, _key in full)
         return []
     pairs_of: dict[int, list[Pair]] = {}
     for row in rows:
@@ -282,7 +304,10 @@ def _claim(
         for p in refused
         if p in tokens and tokens[p] < 1.0 and free[p] > 0
     ]
+    at_limit = frozenset(name for name, _key in full)
+    at_limit |= frozenset(name for (name, _key), left in free.items() if left <= 0)
     with _hints_lock:
+        _saturated[using] = at_limit
         if waits:
             _throttled[using] = time.monotonic() + min(waits)
         elif accepted:
@@ -311,9 +336,9 @@ def _candidates(
     select_params: list[Any] = []
     for target in targets:
         if target.limit.partitioned:
-            sql, params = key_sql(using, target.limit)
+            sql, key_params = key_sql(using, target.limit)
             select.append(sql)
-            select_params += params
+            select_params += key_params
         else:
             select.append("''")
     where = f"waiting = %s AND run_at <= {now}"
@@ -357,9 +382,7 @@ def _in(values: Collection[Any]) -> str:
     return ", ".join(["%s"] * len(values))
 
 
-def _lock_states(
-    using: str, pairs: list[Pair]
-) -> dict[Pair, tuple[float | None, datetime | None]]:
+def _lock_states(using: str, pairs: list[Pair]) -> dict[Pair, tuple[float | None, datetime | None]]:
     """Lock the state rows of ``pairs`` (made if missing) in sorted order; return
     each one's (tokens, refilled_at)."""
     if not pairs:
@@ -453,13 +476,15 @@ def _update(
     conn = connections[using]
     vendor = conn.vendor
     table = conn.ops.quote_name(Job._meta.db_table)
+    now_params: list[Any] = []
+    lease_params: list[Any]
     if vendor == "postgresql":
-        now, lease_sql, now_params, lease_params = "STATEMENT_TIMESTAMP()", "%s", [], [lease]
-        lease_sql = f"{now} + %s"
+        now = "STATEMENT_TIMESTAMP()"
+        lease_sql, lease_params = f"{now} + %s", [lease]
     elif vendor == "mysql":
         now = "CURRENT_TIMESTAMP(6)"
         lease_sql = f"{now} + INTERVAL %s MICROSECOND"
-        now_params, lease_params = [], [lease // timedelta(microseconds=1)]
+        lease_params = [lease // timedelta(microseconds=1)]
     else:
         stamp = storage_sql._sqlite_now(using)
         now, lease_sql, now_params = "%s", "%s", [stamp]

@@ -17,9 +17,9 @@ from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue, Invali
 from django_jobqueue.core.limitspec import Limit, Rate, parse_limit, parse_rate
 from django_jobqueue.models import Job, JobStatus, LimitOverride
 from django_jobqueue.reaping import reap_expired
+from django_jobqueue.storage_limits import clear_throttled
 from django_jobqueue.store import limits
 from django_jobqueue.store.registry import describe
-from django_jobqueue.storage_limits import clear_throttled
 
 pytestmark = pytest.mark.django_db
 
@@ -143,7 +143,9 @@ def test_enqueue__stores_the_explicit_limit_key_and_refuses_bad_ones() -> None:
 def test_enqueue__stores_the_declared_partitions_key_one_per_payload_in_a_batch() -> None:
     from django_jobqueue import enqueue_many
 
-    partitioned = {"QUEUES": {"lim": {"limits": {"concurrency": 1, "partition": "payload.customer"}}}}
+    partitioned = {
+        "QUEUES": {"lim": {"limits": {"concurrency": 1, "partition": "payload.customer"}}}
+    }
     with override_settings(JOBQUEUE=partitioned):
         enqueue_many(
             [{"queue": "lim", "job_type": "limits.run", "payload": {"customer": c}} for c in "ab"]

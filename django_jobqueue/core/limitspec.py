@@ -111,11 +111,10 @@ class Limit:
             out["burst"] = self.burst
         if self.partition is not None:
             partition = self.partition
-            out["partition"] = (
-                partition
-                if isinstance(partition, str)
-                else f"{getattr(partition, '__module__', '?')}.{getattr(partition, '__qualname__', '?')}"
-            )
+            if not isinstance(partition, str):
+                module = getattr(partition, "__module__", "?")
+                partition = f"{module}.{getattr(partition, '__qualname__', '?')}"
+            out["partition"] = partition
         if self.fair:
             out["fair"] = True
         return out
@@ -184,9 +183,7 @@ def parse_limit(raw: Any, *, allow_callable: bool = True) -> Limit:
                     "A partition given here must be 'payload.<field>' or 'key'; "
                     "a callable is only taken by @job(limits=...)."
                 )
-        elif not isinstance(partition, str) or not (
-            partition == "key" or _FIELD.match(partition)
-        ):
+        elif not isinstance(partition, str) or not (partition == "key" or _FIELD.match(partition)):
             raise InvalidOption(
                 "A limit's partition must be 'payload.<field>[.<field>...]', 'key' or a "
                 f"callable: got {partition!r}."

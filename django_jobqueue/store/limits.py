@@ -322,8 +322,7 @@ def enqueue_key(job_type: str, limit: Limit | None, payload: Any, explicit: Any)
     if explicit is not None:
         if not isinstance(explicit, str) or not 0 < len(explicit) <= MAX_KEY_LENGTH:
             raise InvalidOption(
-                f"limit_key must be a string of 1 to {MAX_KEY_LENGTH} characters: "
-                f"got {explicit!r}."
+                f"limit_key must be a string of 1 to {MAX_KEY_LENGTH} characters: got {explicit!r}."
             )
         return explicit
     if limit is None or not limit.partitioned:

@@ -17,10 +17,12 @@ from .worker import record
 
 @job("limits.run", max_retry=3)
 def run(payload: Any, ctx: Any) -> None:
-    """Record the run (label: the payload's ``customer``), then sleep ``payload["s"]`` s."""
+    """Record the run (label: the payload's ``customer``), then sleep ``payload["s"]``
+    seconds (``payload["first_s"]`` on the first attempt, when given)."""
     payload = payload or {}
     record(ctx, str(payload.get("customer", "")))
-    time.sleep(float(payload.get("s", 0)))
+    seconds = payload.get("first_s") if ctx.attempt == 1 and "first_s" in payload else None
+    time.sleep(float(payload.get("s", 0) if seconds is None else seconds))
 
 
 @job("limits.free", max_retry=3)
