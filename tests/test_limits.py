@@ -265,3 +265,55 @@ def test_claim__without_limits_keeps_its_one_statement(django_assert_num_queries
     with django_assert_num_queries(statements[connection.vendor]):
         assert len(claim(10)) == 3
     assert Job.objects.filter(status=JobStatus.PROCESSING).count() == 3
+
+
+# manage.py jobqueue limits ------------------------------------------------------------
+
+
+def call(*args: str) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("jobqueue", "limits", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_command__set_list_clear_round_trip_with_audit() -> None:
+    from django_jobqueue.models import AuditEntry
+
+    assert call("list") == "No limits.\n"
+    assert call(
+        "set", "type:limits.run", "--concurrency", "2", "--partition", "payload.customer"
+    ) == ('Limit of type:limits.run set: {"concurrency": 2, "partition": "payload.customer"}.\n')
+    enqueue("a", 3)
+    claim(10)
+    assert call("list") == (
+        "type:limits.run: concurrency=2 partition=payload.customer (set); in flight 2/2, due 1\n"
+        "  busiest keys (in flight): -=2\n"
+    )
+    import json
+
+    (row,) = json.loads(call("list", "--json"))
+    assert row["override"] == {"concurrency": 2, "partition": "payload.customer"}
+    assert row["in_flight"] == 2
+    assert call("clear", "type:limits.run") == "Run-time limit of type:limits.run cleared.\n"
+    assert call("clear", "type:limits.run") == "type:limits.run had no run-time limit.\n"
+    assert list(AuditEntry.objects.order_by("pk").values_list("action", "target")) == [
+        ("limit_set", "type:limits.run"),
+        ("limit_clear", "type:limits.run"),
+        ("limit_clear", "type:limits.run"),
+    ]
+
+
+def test_command__bad_input_is_a_command_error_and_writes_nothing() -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="A limit's target must be 'type:<job type>'"):
+        call("set", "sms", "--concurrency", "1")
+    with pytest.raises(CommandError, match="A rate must be 'N/s', 'N/m' or 'N/h'"):
+        call("set", "queue:sms", "--rate", "5/day")
+    with pytest.raises(CommandError, match="A limit's fair needs a partition"):
+        call("set", "queue:sms", "--concurrency", "1", "--fair")
+    assert LimitOverride.objects.count() == 0

@@ -227,3 +227,24 @@ def test_race__a_sigkilled_workers_slot_comes_back_with_its_reaped_lease() -> No
     # first job after it started once the lease was reaped.
     first_after = min(others.values_list("started_at", flat=True))
     assert first_after >= killed_lease
+
+
+@override_settings(JOBQUEUE=FAST)
+def test_race__a_rate_holds_in_every_window_and_a_burst_run_waits_for_its_tokens() -> None:
+    rate, burst, count = 20, 2, 60
+    limits.set_limit("default", "type:limits.run", {"rate": f"{rate}/s", "burst": burst})
+    with transaction.atomic():
+        enqueue_many([{"queue": "lim", "job_type": "limits.run", "payload": {}}] * count)
+    proc = run_workers(
+        "--burst", "--processes", "2", "--concurrency", "4", *IDLE_WORKER, timeout_s=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert RunRecord.objects.count() == count  # the burst run waited for its tokens
+    # Starts are claims (the claim's time by the database clock): in any one-second
+    # window at most the rate's tokens plus the bucket.
+    starts = sorted(Job.objects.values_list("started_at", flat=True))
+    from datetime import timedelta
+
+    for i, start in enumerate(starts):
+        within = sum(1 for other in starts[i:] if other < start + timedelta(seconds=1))
+        assert within <= rate + burst

@@ -33,7 +33,14 @@ from django_jobqueue.core.conf import get_config
 from django_jobqueue.core.durations import parse_duration
 from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.enqueue import jobs_database
-from django_jobqueue.management import cancelling, filtering, pausing, scheduling, tokens
+from django_jobqueue.management import (
+    cancelling,
+    filtering,
+    limiting,
+    pausing,
+    scheduling,
+    tokens,
+)
 from django_jobqueue.management import status as status_report
 from django_jobqueue.management.arguments import add_database as _add_database
 from django_jobqueue.management.arguments import name as _name
@@ -510,6 +517,11 @@ subcommand(
     "pause", help="Pause a queue: workers stop claiming its jobs.", arguments=pausing.arguments
 )(pausing.pause)
 subcommand("resume", help="Resume a paused queue.", arguments=pausing.arguments)(pausing.resume)
+subcommand(
+    "limits",
+    help="List, set or clear flow-control limits (concurrency, rate, per key).",
+    arguments=limiting.arguments,
+)(limiting.handle)
 subcommand(
     "cancel",
     help="Cancel waiting jobs and ask running ones to stop, by jid or by queue.",
