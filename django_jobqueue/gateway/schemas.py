@@ -139,6 +139,9 @@ class JobIn(_In):
     unique_mode: Literal["while_locked", "until_executing", "until_executed"] | None = None
     unique_ttl_ms: Annotated[int, Field(strict=True, ge=0, le=10**12)] | None = None
     id: Text | None = Field(None, description="An id (docs/design.md#ids); a held id answers 409.")
+    limit_key: Name | None = Field(
+        None, description="The key a partitioned limit counts the job under (docs/limits.md)."
+    )
 
     _run_at = field_validator("run_at")(_bounded)
 
