@@ -449,10 +449,13 @@ def complete_many(
         rows = [(job, result, _id_hold_options(job)[0]) for job, result in items]
         stored = retrying(using, storage_sql.complete_rows, using, rows)
     flags = []
+    freed: set[str] = set()
     for (job, result), ms in zip(items, times, strict=True):
         if job.pk in stored:
             count_outcome(job, "done", run_ms=ms)
-            _slot_freed(job)
+            if job.queue not in freed and storage_limits.saturated(using, job.job_type, job.queue):
+                freed.add(job.queue)
+                notify_on_commit(using, job.queue)  # a slot they wait for is free
             flags.append(True)
         else:
             flags.append(complete(job, result, run_ms=ms))

@@ -93,6 +93,12 @@ def clear_throttled() -> None:
         _saturated.clear()
 
 
+def _note_saturated(using: str, pairs: Collection[Pair]) -> None:
+    names = frozenset(name for name, _key in pairs)
+    with _hints_lock:
+        _saturated[using] = names
+
+
 def saturated(using: str, job_type: str, queue: str) -> bool:
     """Whether this process's last limited claim on ``using`` found a limit over jobs
     of ``job_type`` in ``queue`` at its concurrency: the end of such a job frees a
@@ -241,11 +247,27 @@ def _claim(
         or (t.limit.concurrency or 0) - counts.get((t.name, ""), 0) < limit
         for t in targets
     )
-    want = min(limit * 2, limit + MAX_EXTRA_CANDIDATES) if tight else limit
+    if not tight:
+        # Every limit here is global, a concurrency only, with room for the whole claim
+        # (checked under its lock): every job the plain claim would take is allowed, so
+        # it is the plain claim's own statement, in this transaction.
+        claimed = storage_sql.claim_rows(
+            using,
+            owner=owner,
+            token=token,
+            limit=limit,
+            queues=queues,
+            exclude_types=exclude_types,
+            lease=lease,
+            exclude_queues=exclude_queues,
+            started=started,
+        )
+        _note_saturated(using, full if len(claimed) < limit else ())
+        return claimed
+    want = min(limit * 2, limit + MAX_EXTRA_CANDIDATES)
     rows = _candidates(using, targets, want, queues, exclude_types, exclude_queues, frozenset(full))
     if not rows:
-        with _hints_lock:
-            _saturated[using] = frozenset(name for name, _key in full)
+        _note_saturated(using, full)
         return []
     pairs_of: dict[int, list[Pair]] = {}
     for row in rows:
@@ -304,10 +326,9 @@ def _claim(
         for p in refused
         if p in tokens and tokens[p] < 1.0 and free[p] > 0
     ]
-    at_limit = frozenset(name for name, _key in full)
-    at_limit |= frozenset(name for (name, _key), left in free.items() if left <= 0)
+    # Only a claim that came back short leaves workers waiting for a slot.
+    _note_saturated(using, [*full, *refused] if len(accepted) < limit else ())
     with _hints_lock:
-        _saturated[using] = at_limit
         if waits:
             _throttled[using] = time.monotonic() + min(waits)
         elif accepted:
