@@ -349,10 +349,14 @@ def _candidates(
     exclude_queues: Sequence[str],
     full: frozenset[Pair],
 ) -> list[tuple[Any, ...]]:
-    """Lock and return the first ``want`` due candidates: (id, job_type, queue, key...)."""
+    """Lock and return up to ``want`` due candidates: (id, job_type, queue, key...).
+
+    The jobs of a ``fair`` target come first, one per key per round (the oldest of
+    each key, then the second of each, ...: docs/limits.md "Fairness"); the others in
+    claim order.
+    """
     conn = connections[using]
     table = conn.ops.quote_name(Job._meta.db_table)
-    now, now_params = _now_sql(using)
     select: list[str] = []
     select_params: list[Any] = []
     for target in targets:
@@ -362,6 +366,47 @@ def _candidates(
             select_params += key_params
         else:
             select.append("''")
+    columns = f"id, job_type, queue{''.join(', ' + s for s in select)}"
+    lock = " FOR UPDATE SKIP LOCKED" if conn.vendor != "sqlite" else ""
+    where, params = _where(using, targets, queues, exclude_types, exclude_queues, full)
+    rows: list[tuple[Any, ...]] = []
+    fair = [t for t in targets if t.limit.fair and t.limit.partitioned]
+    for target in fair:
+        if len(rows) >= want:
+            break
+        ids = _fair_ids(using, target, where, params, want - len(rows))
+        if ids:
+            with conn.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT {columns} FROM {table} WHERE id IN ({_in(ids)}) AND waiting = %s"
+                    f"{lock}",
+                    [*select_params, *ids, True],
+                )
+                locked = {row[0]: tuple(row) for row in cursor.fetchall()}
+            rows += [locked[pk] for pk in ids if pk in locked]
+    for target in fair:  # the plain scan leaves them to the rounds above
+        where += f" AND {target.column} <> %s"
+        params = [*params, target.value]
+    if len(rows) < want:
+        sql = f"SELECT {columns} FROM {table} WHERE {where} ORDER BY priority, run_at, id LIMIT %s"
+        with conn.cursor() as cursor:
+            cursor.execute(sql + lock, [*select_params, *params, want - len(rows)])
+            rows += [tuple(row) for row in cursor.fetchall()]
+    return rows
+
+
+def _where(
+    using: str,
+    targets: list[_Target],
+    queues: Sequence[str] | None,
+    exclude_types: Collection[str],
+    exclude_queues: Sequence[str],
+    full: frozenset[Pair],
+) -> tuple[str, list[Any]]:
+    """The due filter of a limited claim: the claimer's queues and types, no paused
+    queue, no target or key in ``full``."""
+    conn = connections[using]
+    now, now_params = _now_sql(using)
     where = f"waiting = %s AND run_at <= {now}"
     params: list[Any] = [True, *now_params]
     if queues:
@@ -389,14 +434,26 @@ def _candidates(
         else:
             where += f" AND {target.column} <> %s"
             params.append(target.value)
-    lock = " FOR UPDATE SKIP LOCKED" if conn.vendor != "sqlite" else ""
+    return where, params
+
+
+def _fair_ids(using: str, target: _Target, where: str, params: list[Any], want: int) -> list[int]:
+    """The ids of ``target``'s next ``want`` due jobs in rounds over its keys: each
+    key's first job (in claim order), then each key's second, ...; rounds in claim
+    order of their jobs. Reads every due job of the target (a window function; no
+    lock: the caller locks the ids it gets)."""
+    conn = connections[using]
+    table = conn.ops.quote_name(Job._meta.db_table)
+    key, key_params = key_sql(using, target.limit)
     sql = (
-        f"SELECT id, job_type, queue{''.join(', ' + s for s in select)} FROM {table} "
-        f"WHERE {where} ORDER BY priority, run_at, id LIMIT %s{lock}"
+        "SELECT id FROM (SELECT id, priority, run_at, ROW_NUMBER() OVER "
+        f"(PARTITION BY {key} ORDER BY priority, run_at, id) AS jq_round FROM {table} "
+        f"WHERE {where} AND {target.column} = %s) AS due "
+        "ORDER BY jq_round, priority, run_at, id LIMIT %s"
     )
     with conn.cursor() as cursor:
-        cursor.execute(sql, [*select_params, *params, want])
-        return [tuple(row) for row in cursor.fetchall()]
+        cursor.execute(sql, [*key_params, *params, target.value, want])
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _in(values: Collection[Any]) -> str:

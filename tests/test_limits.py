@@ -317,3 +317,33 @@ def test_command__bad_input_is_a_command_error_and_writes_nothing() -> None:
     with pytest.raises(CommandError, match="A limit's fair needs a partition"):
         call("set", "queue:sms", "--concurrency", "1", "--fair")
     assert LimitOverride.objects.count() == 0
+
+
+# Fairness -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_claim__fair_rotates_keys_so_a_small_tenant_waits_one_round(fair: bool) -> None:
+    from django_jobqueue import enqueue_many
+
+    enqueue_many([{"queue": "lim", "job_type": "limits.run", "payload": {"customer": "A"}}] * 5000)
+    b_jids = {r["jid"] for r in enqueue_many(
+        [{"queue": "lim", "job_type": "limits.run", "payload": {"customer": "B"}}] * 10
+    )}  # fmt: skip
+    limit = {"concurrency": 1000, "partition": "payload.customer"}
+    limits.set_limit("default", "type:limits.run", {**limit, "fair": fair})
+    started: list[str] = []
+    while len(started) < 60:
+        jobs = claim(10)
+        started += [job.jid for job in jobs]
+        storage.complete_many([(job, None) for job in jobs])
+    a_before_last_b = (
+        [jid for jid in started[: max(started.index(j) for j in b_jids) + 1] if jid not in b_jids]
+        if b_jids <= set(started)
+        else None
+    )
+    if fair:
+        # B's ten jobs all started before A's next fifty did.
+        assert a_before_last_b is not None and len(a_before_last_b) < 50
+    else:
+        assert not b_jids & set(started)  # claim order: behind A's 5,000
