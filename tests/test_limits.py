@@ -347,3 +347,35 @@ def test_claim__fair_rotates_keys_so_a_small_tenant_waits_one_round(fair: bool) 
         assert a_before_last_b is not None and len(a_before_last_b) < 50
     else:
         assert not b_jids & set(started)  # claim order: behind A's 5,000
+
+
+# Visibility -----------------------------------------------------------------------------
+
+
+def test_status_and_metrics__show_each_limits_use() -> None:
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+    from prometheus_client import generate_latest
+    from prometheus_client.core import CollectorRegistry
+
+    from django_jobqueue.metrics import JobQueueCollector
+
+    enqueue("a", 3)
+    limits.set_limit("default", "type:limits.run", {"concurrency": 2, "rate": "120/m"})
+    claim(10)
+    out = StringIO()
+    call_command("jobqueue", "status", stdout=out)
+    assert "type:limits.run: concurrency=2 rate=120/m (set); in flight 2/2, due 1" in out.getvalue()
+    out = StringIO()
+    call_command("jobqueue", "status", "--json", stdout=out)
+    (row,) = json.loads(out.getvalue())["limits"]
+    assert (row["target"], row["in_flight"], row["waiting"]) == ("type:limits.run", 2, 1)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(JobQueueCollector("default"))
+    text = generate_latest(registry).decode()
+    assert 'jobqueue_limit_in_flight{target="type:limits.run"} 2.0' in text
+    assert 'jobqueue_limit_concurrency{target="type:limits.run"} 2.0' in text
+    assert 'jobqueue_limit_rate_per_second{target="type:limits.run"} 2.0' in text
+    assert 'jobqueue_limit_waiting{target="type:limits.run"} 1.0' in text

@@ -19,7 +19,7 @@ from django_jobqueue.overview import jobs_database
 from django_jobqueue.store import limits
 from django_jobqueue.store.audit import cli_actor, run_audited
 
-__all__ = ["arguments", "handle"]
+__all__ = ["arguments", "handle", "write_rows"]
 
 
 def _target(text: str) -> str:
@@ -151,6 +151,12 @@ def _list(command: BaseCommand, using: str, *, as_json: bool) -> None:
     if not rows:
         command.stdout.write("No limits.")
         return
+    write_rows(command, rows)
+
+
+def write_rows(command: BaseCommand, rows: list[dict[str, Any]]) -> None:
+    """Write one line per limit of :func:`limits.limit_rows` (and its busiest keys);
+    nothing when there is none (``jobqueue status`` shows them too)."""
     for row in rows:
         effective = row["effective"]
         concurrency = effective.get("concurrency")

@@ -48,6 +48,7 @@ from django_jobqueue.models import DEAD_STATUSES, Job, JobStatus, Worker
 from django_jobqueue.operations import act_in_batches
 from django_jobqueue.store.audit import cli_actor, prune_audit, record
 from django_jobqueue.store.licence import current_licence, describe_licence
+from django_jobqueue.store.limits import limit_rows
 from django_jobqueue.store.pauses import paused_queues
 from django_jobqueue.store.states import state_label
 from django_jobqueue.store.workerstats import live_workers
@@ -198,9 +199,11 @@ def _status(
     workers = maintenance.busy_workers(using)
     live = live_workers(using)
     paused = sorted(paused_queues(using, max_age_s=0))
+    limited = limit_rows(using)
     if as_json:
         data = {
             "queues": rows,
+            "limits": limited,
             "paused_queues": paused,
             "busy_workers": workers,
             "live_workers": [_worker_dict(worker) for worker in live],
@@ -210,6 +213,7 @@ def _status(
     if not rows:
         command.stdout.write("No jobs.")
         _write_paused(command, paused)
+        limiting.write_rows(command, limited)
         _write_live_workers(command, live)
         return
     header = [
@@ -237,6 +241,7 @@ def _status(
         command.stdout.write("  ".join(cells).rstrip())
     command.stdout.write(f"Busy workers (holding a job now): {workers}")
     _write_paused(command, paused)
+    limiting.write_rows(command, limited)
     _write_live_workers(command, live)
 
 
