@@ -51,6 +51,7 @@ __all__ = [
     "applies",
     "claim_limited",
     "clear_throttled",
+    "in_flight",
     "key_sql",
     "saturated",
     "throttled_ms",
@@ -91,6 +92,15 @@ def clear_throttled() -> None:
     with _hints_lock:
         _throttled.clear()
         _saturated.clear()
+
+
+def in_flight(using: str, target: str, limit: Limit, key: str) -> int:
+    """Count the ``processing`` jobs of ``target`` (``type:x``, ``queue:y``) under
+    ``limit``: all of them, or those of ``key`` when it is partitioned (one read)."""
+    kind, _sep, name = target.partition(":")
+    column = "job_type" if kind == "type" else "queue"
+    counts = _count(using, [_Target(target, column, name, limit)], {target: [key]})
+    return sum(counts.values()) if not limit.partitioned else counts.get((target, key), 0)
 
 
 def _note_saturated(using: str, pairs: Collection[Pair]) -> None:

@@ -379,3 +379,77 @@ def test_status_and_metrics__show_each_limits_use() -> None:
     assert 'jobqueue_limit_concurrency{target="type:limits.run"} 2.0' in text
     assert 'jobqueue_limit_rate_per_second{target="type:limits.run"} 2.0' in text
     assert 'jobqueue_limit_waiting{target="type:limits.run"} 1.0' in text
+
+
+# Console --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def staff_client() -> Any:
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    def make(*perms: str) -> Client:
+        user = User.objects.create_user(f"u{len(perms)}", password="pw", is_staff=True)  # noqa: S106
+        for codename in perms:
+            user.user_permissions.add(Permission.objects.get(codename=codename))
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+def test_console__limits_page_sets_and_clears_with_the_permission(staff_client: Any) -> None:
+    from django.urls import reverse
+
+    viewer = staff_client()
+    page = viewer.get(reverse("django_jobqueue_console:limits"))
+    assert page.status_code == 200 and b"No limits." in page.content
+    refused = viewer.post(
+        reverse("django_jobqueue_console:limit_set"), {"target": "queue:x", "concurrency": "1"}
+    )
+    assert refused.status_code == 403
+    ops = staff_client("pause_queue")
+    ops.post(
+        reverse("django_jobqueue_console:limit_set"),
+        {"target": "type:limits.run", "concurrency": "3", "partition": "payload.customer"},
+    )
+    assert LimitOverride.objects.get().concurrency == 3
+    page = ops.get(reverse("django_jobqueue_console:limits")).content.decode()
+    assert "concurrency 3, partition payload.customer" in page
+    bad = ops.post(
+        reverse("django_jobqueue_console:limit_set"),
+        {"target": "type:limits.run", "rate": "3 per day"},
+        follow=True,
+    )
+    assert "A rate must be" in bad.content.decode()
+    assert LimitOverride.objects.get().rate == ""  # unchanged
+    ops.post(reverse("django_jobqueue_console:limit_clear"), {"target": "type:limits.run"})
+    assert not LimitOverride.objects.exists()
+
+
+def test_console__a_waiting_jobs_page_says_why_it_is_not_running(staff_client: Any) -> None:
+    from django.urls import reverse
+
+    from django_jobqueue.store import pauses
+
+    client = staff_client()
+    held, waiting = enqueue("a", 2)
+    (later,) = enqueue("a", 1, delay="1h")
+    limits.set_limit(
+        "default", "type:limits.run", {"concurrency": 1, "partition": "payload.customer"}
+    )
+    claim(10)
+
+    def why(jid: str) -> str:
+        return client.get(reverse("django_jobqueue_console:job", args=[jid])).content.decode()
+
+    assert "Throttled by limit type:limits.run, key &#x27;a&#x27;: 1 of 1 in flight" in why(waiting)
+    assert "Scheduled: its run_at" in why(later)
+    assert "Why is this job not running?" not in why(held)  # it runs
+    pauses.pause_queue("default", "lim")
+    assert "Its queue lim is paused." in why(waiting)
+    pauses.resume_queue("default", "lim")
+    limits.clear_limit("default", "type:limits.run")
+    assert "Due: waiting for a free worker." in why(waiting)
