@@ -557,8 +557,8 @@ class LimitState(models.Model):
     (``SELECT ... FOR UPDATE``; SQLite's write transaction), counts the ``processing``
     jobs of each, and takes tokens here: no counter of running jobs is kept, so a job
     that ends, is handed back or is reaped frees its slot by leaving ``processing``.
-    ``limit_key`` is "" for a limit without a partition. Rows of keys with no job
-    left are pruned by ``jobqueue prune``.
+    ``limit_key`` is "" for a limit without a partition. Rows untouched for an hour
+    (a full bucket: they hold nothing) are deleted by ``jobqueue limits prune``.
     """
 
     target = models.CharField(_("target"), max_length=210)

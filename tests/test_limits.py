@@ -453,3 +453,19 @@ def test_console__a_waiting_jobs_page_says_why_it_is_not_running(staff_client: A
     pauses.resume_queue("default", "lim")
     limits.clear_limit("default", "type:limits.run")
     assert "Due: waiting for a free worker." in why(waiting)
+
+
+def test_command_prune__deletes_limit_rows_untouched_for_an_hour_only() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_jobqueue.models import LimitState
+
+    LimitState.objects.create(
+        target="type:a", limit_key="old", refilled_at=timezone.now() - timedelta(hours=2)
+    )
+    LimitState.objects.create(target="type:a", limit_key="new", refilled_at=timezone.now())
+    LimitState.objects.create(target="type:a", limit_key="plain")  # concurrency only
+    assert call("prune") == "Limit rows deleted: 2.\n"
+    assert list(LimitState.objects.values_list("limit_key", flat=True)) == ["new"]

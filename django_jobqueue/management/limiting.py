@@ -1,4 +1,4 @@
-"""``manage.py jobqueue limits list|set|clear``: flow-control limits at run time
+"""``manage.py jobqueue limits list|set|clear|prune``: flow-control limits at run time
 (docs/limits.md).
 
 ``set`` and ``clear`` are written to the audit log in their own transaction
@@ -58,7 +58,7 @@ def _add_database(parser: CommandParser) -> None:
 
 def arguments(parser: CommandParser) -> None:
     """Add the ``list``, ``set`` and ``clear`` actions and their options."""
-    actions = parser.add_subparsers(dest="action", required=True, metavar="{list,set,clear}")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="{list,set,clear,prune}")
     listing = actions.add_parser("list", help="List the limits, declared and set, with their use.")
     listing.add_argument(
         "--json", action="store_true", dest="as_json", help="Print JSON instead of a table."
@@ -87,6 +87,10 @@ def arguments(parser: CommandParser) -> None:
     clearing = actions.add_parser("clear", help="Clear a target's run-time limit.")
     clearing.add_argument("target", type=_target, help="type:<job type> or queue:<queue>.")
     _add_database(clearing)
+    pruning = actions.add_parser(
+        "prune", help="Delete the limit rows untouched for an hour (they hold nothing)."
+    )
+    _add_database(pruning)
 
 
 def handle(
@@ -96,6 +100,9 @@ def handle(
     using = database or jobs_database()
     if action == "list":
         _list(command, using, as_json=options.get("as_json", False))
+        return
+    if action == "prune":
+        command.stdout.write(f"Limit rows deleted: {limits.prune_states(using)}.")
         return
     target = options["target"]
     try:
