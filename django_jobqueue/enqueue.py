@@ -135,6 +135,14 @@ def build_job(
     return spec
 
 
+def _keyed_by_payload(spec: JobSpec) -> bool:
+    """Whether ``spec``'s limit key comes from its payload (a declared partition)."""
+    limit = get_job_description(spec.job_type).limits
+    if limit is None or not limit.partitioned:
+        limit = get_config().queue_options(spec.queue).limits
+    return limit is not None and limit.partitioned and limit.partition != "key"
+
+
 def _limit_key(job_type: str, queue: str, payload: Any, explicit: Any) -> str:
     """The ``limit_key`` of a new job (docs/limits.md "Partition keys"): ``explicit``,
     else the key of its job type's declared partition, else its queue's."""
@@ -281,6 +289,8 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     # once per distinct set (keyed with their types, so 1 and True stay apart), and
     # each job's payload on its own. A job with an id or a key is validated whole.
     templates: dict[Any, JobSpec] = {}
+    #: Per template: whether each job's limit key is read from its own payload.
+    keyed_by_payload: dict[Any, bool] = {}
     max_bytes = get_config().MAX_PAYLOAD_BYTES
     for index, job in enumerate(jobs):
         try:
@@ -298,15 +308,16 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
                 what = f"The payload of a {job_type!r} job"
                 payload_json = json_text(payload, what, max_bytes=max_bytes)
                 spec = template.with_payload(payload, payload_json)
-                key = _limit_key(spec.job_type, spec.queue, payload, options.get("limit_key"))
-                if key != spec.limit_key:  # a payload partition: this payload's key
-                    object.__setattr__(spec, "limit_key", key)
+                if keyed_by_payload[key]:  # this payload's own partition key
+                    limit_key = _limit_key(spec.job_type, spec.queue, payload, None)
+                    object.__setattr__(spec, "limit_key", limit_key)
                 specs.append(spec)
                 continue
             _check_options(options, _MANY_OPTIONS)
             spec = build_job(queue, job_type, payload, **options)
             if key is not None:
                 templates[key] = spec
+                keyed_by_payload[key] = "limit_key" not in options and _keyed_by_payload(spec)
             specs.append(spec)
         except JobQueueError as exc:
             exc.args = (f"jobs[{index}]: {exc.args[0] if exc.args else exc}", *exc.args[1:])
