@@ -103,7 +103,9 @@ class ClaimFloors:
         with self._lock:
             floor = self._floors.get(filters)
             if floor is not None:
-                floor.last_full = 0.0
+                # Not 0.0: time.monotonic() may itself be below FULL_CLAIM_EVERY_S
+                # (a host up for less than that), and the floor would stay on.
+                floor.last_full = float("-inf")
 
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
