@@ -275,62 +275,75 @@ def _claim(
         _note_saturated(using, full if len(claimed) < limit else ())
         return claimed
     want = min(limit * 2, limit + MAX_EXTRA_CANDIDATES)
-    rows = _candidates(using, targets, want, queues, exclude_types, exclude_queues, frozenset(full))
-    if not rows:
-        _note_saturated(using, full)
-        return []
-    pairs_of: dict[int, list[Pair]] = {}
-    for row in rows:
-        pk, job_type, queue, keys = row[0], row[1], row[2], row[3:]
-        pairs: list[Pair] = []
-        for target, key in zip(targets, keys, strict=True):
-            if (target.column == "job_type" and job_type == target.value) or (
-                target.column == "queue" and queue == target.value
-            ):
-                pairs.append((target.name, (key or "") if target.limit.partitioned else ""))
-        pairs_of[pk] = pairs
-    keyed = sorted(
-        {p for pairs in pairs_of.values() for p in pairs if by_name[p[0]].limit.partitioned}
-    )
-    if keyed:
-        states.update(_lock_states(using, keyed))
-        grouped: dict[str, list[str]] = {}
-        for name, key in keyed:
-            grouped.setdefault(name, []).append(key)
-        counts.update(_count(using, [by_name[name] for name in grouped], grouped))
-    wanted = [*global_pairs, *keyed]
-    rated = [pair for pair in wanted if by_name[pair[0]].limit.rate is not None]
-    now = _clock(using) if rated else None
+    now = _clock(using) if any(t.limit.rate is not None for t in targets) else None
     tokens: dict[Pair, float] = {}
-    for pair in rated:
-        rate = by_name[pair[0]].limit.rate
-        assert rate is not None and now is not None
-        level, refilled_at = states.get(pair, (None, None))
-        bucket = float(by_name[pair[0]].limit.bucket)
-        if level is None or refilled_at is None:
-            tokens[pair] = bucket
-        else:
-            elapsed = max((now - refilled_at).total_seconds(), 0.0)
-            tokens[pair] = min(bucket, level + elapsed * rate.per_s)
-    free = {
-        pair: (by_name[pair[0]].limit.concurrency or 1 << 30) - counts.get(pair, 0)
-        for pair in wanted
-    }
+    free: dict[Pair, int] = {}
     accepted: list[int] = []
     refused: set[Pair] = set()
-    for row in rows:
-        if len(accepted) >= limit:
+    seen: list[int] = []
+
+    def admit(pair: Pair) -> None:  # its free slots and tokens, once counted and locked
+        limit_of = by_name[pair[0]].limit
+        free[pair] = (limit_of.concurrency or 1 << 30) - counts.get(pair, 0)
+        if limit_of.rate is not None and now is not None:
+            level, refilled_at = states.get(pair, (None, None))
+            bucket = float(limit_of.bucket)
+            if level is None or refilled_at is None:
+                tokens[pair] = bucket
+            else:
+                elapsed = max((now - refilled_at).total_seconds(), 0.0)
+                tokens[pair] = min(bucket, level + elapsed * limit_of.rate.per_s)
+
+    for pair in global_pairs:
+        admit(pair)
+    # Two rounds: a round whose candidates were refused (a key or type now at its
+    # limit) reads the next ones without them, so the claim fills with other jobs.
+    for round_ in range(2):
+        rows = _candidates(
+            using, targets, want, queues, exclude_types, exclude_queues, frozenset(full), seen
+        )
+        seen += [row[0] for row in rows]
+        pairs_of: dict[int, list[Pair]] = {}
+        for row in rows:
+            pk, job_type, queue, keys = row[0], row[1], row[2], row[3:]
+            pairs_of[pk] = [
+                (target.name, (key or "") if target.limit.partitioned else "")
+                for target, key in zip(targets, keys, strict=True)
+                if (target.column == "job_type" and job_type == target.value)
+                or (target.column == "queue" and queue == target.value)
+            ]
+        keyed = sorted({p for ps in pairs_of.values() for p in ps if p not in free})
+        if keyed:
+            # The second round holds locks already: it takes only rows no other claim
+            # holds (SKIP LOCKED), never waits, so the lock order cannot deadlock.
+            got = _lock_states(using, keyed, skip_locked=round_ > 0)
+            locked = [pair for pair in keyed if pair in got or round_ == 0]
+            states.update(got)
+            grouped: dict[str, list[str]] = {}
+            for name, key in locked:
+                grouped.setdefault(name, []).append(key)
+            counts.update(_count(using, [by_name[name] for name in grouped], grouped))
+            for pair in locked:
+                admit(pair)
+        refused_before = len(refused)
+        for row in rows:
+            if len(accepted) >= limit:
+                break
+            pairs = pairs_of[row[0]]
+            blocked = [
+                p for p in pairs if p not in free or free[p] <= 0 or tokens.get(p, 1.0) < 1.0
+            ]
+            if blocked:
+                refused.update(p for p in blocked if p in free)
+                continue
+            for pair in pairs:
+                free[pair] -= 1
+                if pair in tokens:
+                    tokens[pair] -= 1.0
+            accepted.append(row[0])
+        if len(accepted) >= limit or len(rows) < want or len(refused) == refused_before:
             break
-        pairs = pairs_of[row[0]]
-        blocked = [p for p in pairs if free[p] <= 0 or (p in tokens and tokens[p] < 1.0)]
-        if blocked:
-            refused.update(blocked)
-            continue
-        for pair in pairs:
-            free[pair] -= 1
-            if pair in tokens:
-                tokens[pair] -= 1.0
-        accepted.append(row[0])
+        full |= {p for p in free if free[p] <= 0 or tokens.get(p, 1.0) < 1.0}
     waits = [
         (1.0 - tokens[p]) / by_name[p[0]].limit.rate.per_s  # type: ignore[union-attr]
         for p in refused
@@ -343,8 +356,8 @@ def _claim(
             _throttled[using] = time.monotonic() + min(waits)
         elif accepted:
             _throttled.pop(using, None)
-    if rated and now is not None:
-        _store_tokens(using, {pair: tokens[pair] for pair in rated}, now)
+    if tokens and now is not None:
+        _store_tokens(using, tokens, now)
     if not accepted:
         return []
     return _update(using, accepted, owner, token, lease, started)
@@ -358,8 +371,10 @@ def _candidates(
     exclude_types: Collection[str],
     exclude_queues: Sequence[str],
     full: frozenset[Pair],
+    seen: Sequence[int] = (),
 ) -> list[tuple[Any, ...]]:
-    """Lock and return up to ``want`` due candidates: (id, job_type, queue, key...).
+    """Lock and return up to ``want`` due candidates: (id, job_type, queue, key...),
+    none of the ids ``seen`` (an earlier round's, locked by this transaction).
 
     The jobs of a ``fair`` target come first, one per key per round (the oldest of
     each key, then the second of each, ...: docs/limits.md "Fairness"); the others in
@@ -379,6 +394,9 @@ def _candidates(
     columns = f"id, job_type, queue{''.join(', ' + s for s in select)}"
     lock = " FOR UPDATE SKIP LOCKED" if conn.vendor != "sqlite" else ""
     where, params = _where(using, targets, queues, exclude_types, exclude_queues, full)
+    if seen:
+        where += f" AND id NOT IN ({_in(seen)})"
+        params = [*params, *seen]
     rows: list[tuple[Any, ...]] = []
     fair = [t for t in targets if t.limit.fair and t.limit.partitioned]
     for target in fair:
@@ -470,9 +488,12 @@ def _in(values: Collection[Any]) -> str:
     return ", ".join(["%s"] * len(values))
 
 
-def _lock_states(using: str, pairs: list[Pair]) -> dict[Pair, tuple[float | None, datetime | None]]:
+def _lock_states(
+    using: str, pairs: list[Pair], *, skip_locked: bool = False
+) -> dict[Pair, tuple[float | None, datetime | None]]:
     """Lock the state rows of ``pairs`` (made if missing) in sorted order; return
-    each one's (tokens, refilled_at)."""
+    each one's (tokens, refilled_at). ``skip_locked``: leave out (and do not wait
+    for) the rows another transaction holds."""
     if not pairs:
         return {}
     manager = LimitState.objects.using(using)
@@ -481,9 +502,11 @@ def _lock_states(using: str, pairs: list[Pair]) -> dict[Pair, tuple[float | None
         missing = [pair for pair in pairs if pair not in found]
         if not missing:
             break
-        rows = _select_states(using, missing)
+        rows = _select_states(using, missing, skip_locked=skip_locked)
         found.update(rows)
         absent = [pair for pair in missing if pair not in rows]
+        if skip_locked:  # no insert: MariaDB's duplicate check would wait on a holder
+            break
         if absent:
             # A new row's bucket is full: tokens None (see the accept step).
             manager.bulk_create(
@@ -494,13 +517,15 @@ def _lock_states(using: str, pairs: list[Pair]) -> dict[Pair, tuple[float | None
 
 
 def _select_states(
-    using: str, pairs: list[Pair]
+    using: str, pairs: list[Pair], *, skip_locked: bool = False
 ) -> dict[Pair, tuple[float | None, datetime | None]]:
     conn = connections[using]
     table = conn.ops.quote_name(LimitState._meta.db_table)
     match = " OR ".join(["(target = %s AND limit_key = %s)"] * len(pairs))
     params = [value for pair in pairs for value in pair]
     lock = " FOR UPDATE" if conn.vendor != "sqlite" else ""
+    if lock and skip_locked:
+        lock += " SKIP LOCKED"
     sql = (
         f"SELECT target, limit_key, tokens, refilled_at FROM {table} WHERE {match} "
         f"ORDER BY target, limit_key{lock}"

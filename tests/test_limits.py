@@ -469,3 +469,11 @@ def test_command_prune__deletes_limit_rows_untouched_for_an_hour_only() -> None:
     LimitState.objects.create(target="type:a", limit_key="plain")  # concurrency only
     assert call("prune") == "Limit rows deleted: 2.\n"
     assert list(LimitState.objects.values_list("limit_key", flat=True)) == ["new"]
+
+
+def test_claim__fills_with_other_types_when_a_limited_backlog_comes_first() -> None:
+    limited = enqueue("c", 30)  # more than one round of candidates, all first in order
+    free = enqueue("c", 3, "limits.free")
+    limits.set_limit("default", "type:limits.run", {"concurrency": 1})
+    jobs = claim(10)
+    assert sorted(j.jid for j in jobs) == sorted([limited[0], *free])
