@@ -35,6 +35,7 @@ from .flows.current import open_block
 from .flows.links import FLOW_OPTIONS, create_linked, pop_link, pop_wait
 from .models import Job
 from .store.jobstats import count_deduplicated
+from .store.limits import enqueue_key
 from .store.managers import EnqueueResult, JobSpec
 from .store.registry import get_job_description
 from .store.unique import unique_options
@@ -72,6 +73,7 @@ def build_job(
     unique_key: str | None = None,
     unique_mode: str | None = None,
     unique_ttl_ms: int | None = None,
+    limit_key: str | None = None,
 ) -> JobSpec:
     """Validate an enqueue's arguments into a :class:`JobSpec`; see :func:`enqueue_job`.
 
@@ -131,7 +133,27 @@ def build_job(
     )
     object.__setattr__(spec, "payload_json", payload_json)  # see JobSpec.payload_json
     object.__setattr__(spec, "origin", current_origin())  # see JobSpec.origin
+    object.__setattr__(spec, "limit_key", _limit_key(job_type, queue, payload, limit_key))
     return spec
+
+
+def _keyed_by_payload(spec: JobSpec) -> bool:
+    """Whether ``spec``'s limit key comes from its payload (a declared partition)."""
+    limit = get_job_description(spec.job_type).limits
+    if limit is None or not limit.partitioned:
+        limit = get_config().queue_options(spec.queue).limits
+    return limit is not None and limit.partitioned and limit.partition != "key"
+
+
+def _limit_key(job_type: str, queue: str, payload: Any, explicit: Any) -> str:
+    """The ``limit_key`` of a new job (docs/limits.md "Partition keys"): ``explicit``,
+    else the key of its job type's declared partition, else its queue's."""
+    if explicit is None:
+        limit = get_job_description(job_type).limits
+        if limit is None or not limit.partitioned:
+            limit = get_config().queue_options(queue).limits
+        return enqueue_key(job_type, limit, payload, None)
+    return enqueue_key(job_type, None, payload, explicit)
 
 
 def create_job(spec: JobSpec) -> EnqueueResult:
@@ -172,7 +194,8 @@ def enqueue_job(
         ``timeout_ms`` (run time limit of one attempt, ms); ``unique_key`` (1 to
         1,024 bytes), ``unique_mode`` (``while_locked``, ``until_executing``,
         ``until_executed``), ``unique_ttl_ms`` (ms, clamped to 1 s .. 7 days,
-        default 1 hour).
+        default 1 hour); ``limit_key`` (1 to 200 characters: the key a partitioned
+        limit counts the job under, over the partition's own, docs/limits.md).
 
     Returns
     -------
@@ -214,7 +237,7 @@ def enqueue_job(
 _OPTIONS = frozenset(
     {
         "delay", "at", "priority", "max_retry", "expires_ms", "timeout_ms",
-        "unique_key", "unique_mode", "unique_ttl_ms",
+        "unique_key", "unique_mode", "unique_ttl_ms", "limit_key",
     }
 )  # fmt: skip
 #: The options of a job of :func:`enqueue_many`: those, and an id.
@@ -281,6 +304,8 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     # once per distinct set (keyed with their types, so 1 and True stay apart), and
     # each job's payload on its own. A job with an id or a key is validated whole.
     templates: dict[Any, JobSpec] = {}
+    #: Per template: whether each job's limit key is read from its own payload.
+    keyed_by_payload: dict[Any, bool] = {}
     max_bytes = get_config().MAX_PAYLOAD_BYTES
     for index, job in enumerate(jobs):
         try:
@@ -312,12 +337,17 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
             if template is not None:
                 what = f"The payload of a {job_type!r} job"
                 payload_json = json_text(payload, what, max_bytes=max_bytes)
-                specs.append(template.with_payload(payload, payload_json))
+                spec = template.with_payload(payload, payload_json)
+                if keyed_by_payload[key]:  # this payload's own partition key
+                    limit_key = _limit_key(spec.job_type, spec.queue, payload, None)
+                    object.__setattr__(spec, "limit_key", limit_key)
+                specs.append(spec)
                 continue
             _check_options(options, _MANY_OPTIONS)
             spec = build_job(queue, job_type, payload, **options)
             if key is not None:
                 templates[key] = spec
+                keyed_by_payload[key] = "limit_key" not in options and _keyed_by_payload(spec)
             specs.append(spec)
         except JobQueueError as exc:
             exc.args = (f"jobs[{index}]: {exc.args[0] if exc.args else exc}", *exc.args[1:])

@@ -12,7 +12,7 @@ apps' ``jobs`` modules import it while the registry autodiscovers them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +203,7 @@ def job(
     cron: str | None = None,
     timezone: str | None = None,
     catch_up: bool = False,
+    limits: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], JobHandle]:
     """Register the decorated function as the handler of job type ``name``.
 
@@ -230,6 +231,10 @@ def job(
         such as ``"0 3 * * *"`` read in ``timezone`` (IANA, default ``"UTC"``);
         ``catch_up`` runs once for ticks missed during downtime (default False:
         skip them). Synced to the table when a foreman starts.
+    limits:
+        A fleet-wide flow-control limit of the type (docs/limits.md):
+        ``{"concurrency": 10, "rate": "100/s", "burst": 20,
+        "partition": "payload.customer_id", "fair": True}``, any of them.
 
     Returns
     -------
@@ -252,6 +257,7 @@ def job(
         "secure": secure,
         "dedupe": dedupe,
         "keep": keep,
+        "limits": limits,
     }
 
     def decorator(func: Callable[..., Any]) -> JobHandle:

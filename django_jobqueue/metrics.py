@@ -44,6 +44,7 @@ from .core.conf import get_config
 from .models import DURATION_BUCKETS_MS, PICKUP_BUCKETS_MS
 from .overview import jobs_database, overview, stat_totals
 from .store.jobstats import BUCKET_FIELDS, OUTCOMES, PICKUP_FIELDS
+from .store.limits import limit_rows
 from .store.workerstats import live_workers
 
 __all__ = ["WORKER_KINDS", "JobQueueCollector", "metrics_view", "urlpatterns"]
@@ -76,6 +77,7 @@ class JobQueueCollector(Collector):
         yield from self._queues()
         yield self._workers()
         yield from self._totals()
+        yield from self._limits()
 
     def _queues(self) -> Iterator[Any]:
         depth = GaugeMetricFamily(
@@ -147,6 +149,41 @@ class JobQueueCollector(Collector):
         yield outcomes
         yield durations
         yield pickups
+
+    def _limits(self) -> Iterator[Any]:
+        in_flight = GaugeMetricFamily(
+            "jobqueue_limit_in_flight",
+            "Jobs processing now under a flow-control limit (docs/limits.md), by target.",
+            labels=["target"],
+        )
+        concurrency = GaugeMetricFamily(
+            "jobqueue_limit_concurrency",
+            "The concurrency of a limit in force (per key when partitioned), by target.",
+            labels=["target"],
+        )
+        rate = GaugeMetricFamily(
+            "jobqueue_limit_rate_per_second",
+            "The starts per second a limit in force allows (per key when partitioned).",
+            labels=["target"],
+        )
+        waiting = GaugeMetricFamily(
+            "jobqueue_limit_waiting",
+            "Due jobs of a limited target: throttled by it, or waiting for a worker.",
+            labels=["target"],
+        )
+        for row in limit_rows(self.alias):
+            effective = row["effective"]
+            in_flight.add_metric([row["target"]], row["in_flight"])
+            waiting.add_metric([row["target"]], row["waiting"])
+            if "concurrency" in effective:
+                concurrency.add_metric([row["target"]], effective["concurrency"])
+            if "rate" in effective:
+                count, _sep, unit = str(effective["rate"]).partition("/")
+                rate.add_metric([row["target"]], int(count) / {"s": 1, "m": 60, "h": 3600}[unit])
+        yield in_flight
+        yield concurrency
+        yield rate
+        yield waiting
 
 
 def _allowed(request: HttpRequest) -> bool:

@@ -57,6 +57,8 @@ __all__ = [
     "JobStat",
     "JobTotal",
     "JobStatus",
+    "LimitOverride",
+    "LimitState",
     "PICKUP_BUCKETS_MS",
     "QueuePause",
     "ScheduleJob",
@@ -231,6 +233,12 @@ class Job(models.Model):
     #: whose copy says False is guarded by ``awaited = false``, so an edge added
     #: while it ran is never missed (:mod:`django_jobqueue.flows.endings`).
     awaited = models.BooleanField(_("awaited"), default=False, db_default=False, editable=False)
+    #: The key a partitioned limit counts this job under (docs/limits.md): the
+    #: ``limit_key=`` given at enqueue, else the partition's value of the payload
+    #: then; "" for a job of no partitioned limit.
+    limit_key = models.CharField(
+        _("limit key"), max_length=200, blank=True, default="", db_default=""
+    )
 
     objects = JobManager.from_queryset(JobQuerySet)()
 
@@ -553,3 +561,60 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source}:{self.actor} {self.action} {self.target}"
+
+
+class LimitOverride(models.Model):
+    """A flow-control limit set at run time (docs/limits.md): it replaces the declared
+    limit of its target (``@job(limits=)``, ``JOB_TYPES``, ``QUEUES``) until the row is
+    deleted (``jobqueue limits clear``). Every process re-reads the rows within a second.
+
+    ``target`` is ``type:<job type>`` or ``queue:<queue>``. A row with neither a
+    concurrency nor a rate lifts the declared limit.
+    """
+
+    target = models.CharField(_("target"), max_length=210, unique=True)
+    concurrency = models.PositiveIntegerField(_("concurrency"), null=True, blank=True)
+    #: ``"N/s"``, ``"N/m"``, ``"N/h"``; "": none.
+    rate = models.CharField(_("rate"), max_length=32, blank=True, default="")
+    burst = models.PositiveIntegerField(_("burst"), null=True, blank=True)
+    #: ``"payload.<field>"``, ``"key"``; "": none (one global limit).
+    partition = models.CharField(_("partition"), max_length=200, blank=True, default="")
+    fair = models.BooleanField(_("fair"), default=False)
+    #: Who set it: a user name, ``cli`` or a gateway token's name.
+    set_by = models.CharField(_("set by"), max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(_("updated at"), db_default=Now())
+
+    class Meta:
+        verbose_name = _("limit override")
+        verbose_name_plural = _("limit overrides")
+
+    def __str__(self) -> str:
+        return self.target
+
+
+class LimitState(models.Model):
+    """The lock and the token bucket of one (limit target, key) (docs/limits.md).
+
+    A limited claim locks the rows of the (target, key) pairs it claims for
+    (``SELECT ... FOR UPDATE``; SQLite's write transaction), counts the ``processing``
+    jobs of each, and takes tokens here: no counter of running jobs is kept, so a job
+    that ends, is handed back or is reaped frees its slot by leaving ``processing``.
+    ``limit_key`` is "" for a limit without a partition. Rows untouched for an hour
+    (a full bucket: they hold nothing) are deleted by ``jobqueue limits prune``.
+    """
+
+    target = models.CharField(_("target"), max_length=210)
+    limit_key = models.CharField(_("limit key"), max_length=200, blank=True, default="")
+    #: Tokens in the bucket at ``refilled_at`` (a rate's; unused without one).
+    tokens = models.FloatField(_("tokens"), default=0.0)
+    refilled_at = models.DateTimeField(_("refilled at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("limit state")
+        verbose_name_plural = _("limit states")
+        constraints = [
+            models.UniqueConstraint(fields=["target", "limit_key"], name="jq_limit_state_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.target} {self.limit_key!r}"

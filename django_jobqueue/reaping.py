@@ -17,8 +17,10 @@ from .core import reconnect
 from .core.dbclock import Now
 from .flows import hooks
 from .models import Job, JobStatus
+from .store import limits
 from .store.errorlog import error_entry
 from .store.jobstats import count_outcome
+from .store.wakeups import notify_on_commit
 
 __all__ = ["UNSTARTED_EXPIRY", "expired_before_start", "reap_expired"]
 
@@ -118,6 +120,9 @@ def _reap_batch(using: str, limit: int) -> int:
             )
         if storage.retrying(using, hooks.write_end, stale, job, fields):  # docs/workflows.md
             reaped += 1
+            if limits.active(using).limited(job.job_type, job.queue):
+                # Its limit's slot is free now (docs/limits.md): wake the waiting.
+                notify_on_commit(using, job.queue)
             count_outcome(job, "retried" if retried else "failed", timed=False)
             logger.warning(
                 "lease expired, job taken back jid=%s type=%s owner=%s",

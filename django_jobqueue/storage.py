@@ -38,7 +38,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import Case, F, JSONField, Q, Value, When
 from django.db.models.functions import Coalesce
 
-from . import storage_sql
+from . import storage_limits, storage_sql
 from .core import reconnect
 from .core.backoff import backoff_ms
 from .core.conf import get_config
@@ -46,7 +46,7 @@ from .core.dbclock import Now
 from .core.validation import check_json, hold_hash
 from .flows import hooks
 from .models import Job, JobStatus, QueuePause
-from .store import locks, unique
+from .store import limits, locks, unique
 from .store.errorlog import describe, error_entry, escaped
 from .store.jobstats import count_outcome, count_pickups
 from .store.pauses import paused_queues
@@ -168,7 +168,11 @@ def claim(
     -------
     list[Job]
         The claimed jobs in claim order, each ``processing`` with ``attempt``
-        incremented and a ``lease_token`` that guards its later updates. Jobs of a
+        incremented and a ``lease_token`` that guards its later updates. While any
+        flow-control limit is active (docs/limits.md), the claim takes only what every
+        limit over a job allows, in the same transaction
+        (:mod:`django_jobqueue.storage_limits`); with none, it is the one statement
+        of :mod:`django_jobqueue.storage_sql`. Jobs of a
         paused queue are never claimed: the claim statement itself leaves out the
         queues of the pause table, so a job enqueued after a pause committed (in any
         process) waits until the resume. The process's cache of the paused set
@@ -187,7 +191,12 @@ def claim(
         else:
             exclude_queues = sorted(paused)
     token = uuid.uuid4().hex
-    args = (using, owner, limit, queues, exclude_types, lease_ms, exclude_queues, token, started)
+    view: limits.LimitsView | None = reconnect.retry_on_disconnect(using, limits.active, using)
+    if view is not None and not storage_limits.applies(view, queues, exclude_types):
+        view = None
+    args = (
+        using, owner, limit, queues, exclude_types, lease_ms, exclude_queues, token, started, view,
+    )  # fmt: skip
 
     def claim_once() -> list[Job]:
         return locks.retry_when_locked(using, functools.partial(_claim, *args))
@@ -226,8 +235,22 @@ def _claim(
     exclude_queues: Sequence[str],
     token: str,
     started: bool,
+    view: limits.LimitsView | None,
 ) -> list[Job]:
     lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
+    if view is not None and storage_sql.supported(using):
+        return storage_limits.claim_limited(
+            using,
+            view=view,
+            owner=owner[:200],
+            token=token,
+            limit=limit,
+            queues=queues,
+            exclude_types=exclude_types,
+            exclude_queues=exclude_queues,
+            lease=lease,
+            started=started,
+        )
     if storage_sql.supported(using):
         return storage_sql.claim_rows(
             using,
@@ -429,9 +452,13 @@ def complete_many(
         # (docs/workflows.md); the others as before, by one statement.
         stored = retrying(using, hooks.complete_rows, using, rows)
     flags = []
+    freed: set[str] = set()
     for (job, result), ms in zip(items, times, strict=True):
         if job.pk in stored:
             count_outcome(job, "done", run_ms=ms)
+            if job.queue not in freed and storage_limits.saturated(using, job.job_type, job.queue):
+                freed.add(job.queue)
+                notify_on_commit(using, job.queue)  # a slot they wait for is free
             flags.append(True)
         else:
             flags.append(complete(job, result, run_ms=ms))
@@ -542,10 +569,14 @@ def unclaim(job: Job, rows: Any, fields: dict[str, Any], what: str) -> bool:
     if job.unique_mode == unique.UNTIL_EXECUTING and job.unique_key is not None:
         held = _write_holding_key(job, rows, fields, what)
         if held is not None:
+            if held:
+                _slot_freed(job)
             return held
     updated = retrying(_database(job), rows.update, **fields)
     if not updated and what:
         _log_lease_lost(job, what)
+    if updated:
+        _slot_freed(job)
     return bool(updated)
 
 
@@ -629,6 +660,7 @@ def _write_or_rerun(
         if retrying(
             _database(job), hooks.write_end, _guarded(job).filter(rerun=False), job, fields
         ):
+            _slot_freed(job)
             return True
         if retrying(
             _database(job), _guarded(job).filter(rerun=True).update, **_rerun_fields(rerun_extra)
@@ -640,6 +672,15 @@ def _write_or_rerun(
             break
     _log_lease_lost(job, what)
     return None
+
+
+def _slot_freed(job: Job) -> None:
+    """Wake the idle workers of ``job``'s queue if its end freed a slot they wait for:
+    a limit over it was at its concurrency at this process's last claim (docs/limits.md
+    "Waiting"). A memory read; the wake-up is sent after the commit."""
+    using = _database(job)
+    if storage_limits.saturated(using, job.job_type, job.queue):
+        notify_on_commit(using, job.queue)
 
 
 def _write(job: Job, fields: dict[str, Any], what: str) -> bool:

@@ -106,6 +106,10 @@ def counter_samples(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
 def test_metrics__every_series_is_in_the_docs_table_with_its_type_and_labels():
     make_jobs(2, queue="mail")
     register_worker("default", "h:1")
+    # A flow-control limit, so the limit series have samples too (docs/limits.md).
+    from django_jobqueue.store import limits
+
+    limits.set_limit("default", "queue:mail", {"concurrency": 5, "rate": "10/s"})
     buffer = StatsBuffer()
     buffer.record("mail", "mail.send", "done", 5)
     buffer.record_pickup("mail", "mail.send", 250)

@@ -33,6 +33,8 @@ PERMISSIONS = {
     "delete": "django_jobqueue.delete_job",
     "pause": "django_jobqueue.pause_queue",
     "resume": "django_jobqueue.pause_queue",
+    # Flow-control limits throttle queues as pauses stop them: the same permission.
+    "limit": "django_jobqueue.pause_queue",
     "schedule": "django_jobqueue.manage_schedule",
     "release": "django_jobqueue.change_job",
 }

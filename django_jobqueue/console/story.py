@@ -12,11 +12,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..models import AuditEntry, Job, JobStatus, Worker
+from ..core.exceptions import InvalidOption
+from ..models import AuditEntry, Job, JobStatus, LimitState, Worker
+from ..storage_limits import in_flight
+from ..store import limits
 from ..store.audit import entries_for_job
+from ..store.pauses import paused_queues
 from ..store.states import state_label
 
-__all__ = ["Event", "actions_for", "attempts_of", "claimed_by", "origin_text", "timeline"]
+__all__ = [
+    "Event",
+    "actions_for",
+    "attempts_of",
+    "claimed_by",
+    "origin_text",
+    "timeline",
+    "why_waiting",
+]
 
 #: ``lease_owner`` of a job claimed through the gateway: this mark, then the worker's
 #: name (docs/gateway.md "Worker names").
@@ -168,3 +180,50 @@ def duration(job: Job) -> timedelta | None:
     if job.started_at and job.finished_at and job.finished_at >= job.started_at:
         return job.finished_at - job.started_at
     return None
+
+
+def why_waiting(job: Job, now: datetime) -> list[str]:
+    """Say why a waiting ``job`` is not running, one sentence per reason (docs/limits.md
+    "Visibility"): its ``run_at`` ahead, its queue paused, a limit at its concurrency or
+    out of tokens (with the next possible start), else a free worker. Empty for a job
+    that is not waiting."""
+    if not job.waiting:
+        return []
+    using = job._state.db or "default"
+    reasons = []
+    if job.run_at > now:
+        reasons.append(f"Scheduled: its run_at, {job.run_at:%Y-%m-%d %H:%M:%S} UTC, is ahead.")
+    if job.queue in paused_queues(using, max_age_s=0):
+        reasons.append(f"Its queue {job.queue} is paused.")
+    view = limits.active(using, max_age_s=0)
+    for target, limit in view.targets().items():
+        kind, _sep, name = target.partition(":")
+        if (job.job_type if kind == "type" else job.queue) != name:
+            continue
+        try:
+            key = job.limit_key or limits.partition_key(limit, job.payload)
+        except InvalidOption:
+            key = ""
+        key = key if limit.partitioned else ""
+        where = f"limit {target}" + (f", key {key!r}" if limit.partitioned else "")
+        if limit.concurrency is not None:
+            running = in_flight(using, target, limit, key)
+            if running >= limit.concurrency:
+                reasons.append(
+                    f"Throttled by {where}: {running} of {limit.concurrency} in flight; it "
+                    "can start when one of them ends."
+                )
+        if limit.rate is not None:
+            state = LimitState.objects.using(using).filter(target=target, limit_key=key).first()
+            if state is not None and state.refilled_at is not None:
+                elapsed = max((now - state.refilled_at).total_seconds(), 0.0)
+                tokens = min(float(limit.bucket), state.tokens + elapsed * limit.rate.per_s)
+                if tokens < 1.0:
+                    at = now + timedelta(seconds=(1.0 - tokens) / limit.rate.per_s)
+                    reasons.append(
+                        f"Throttled by {where}: rate {limit.rate} used up; next possible "
+                        f"start {at:%Y-%m-%d %H:%M:%S} UTC."
+                    )
+    if not reasons:
+        reasons.append("Due: waiting for a free worker.")
+    return reasons

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import actions, flowpages, plans, pro, progress, views
+from . import actions, flowpages, limits, plans, pro, progress, views
 
 app_name = "django_jobqueue_console"
 
@@ -29,6 +29,9 @@ urlpatterns = [
     path("schedules/new/", plans.schedule_new, name="schedule_new"),
     path("schedule/<path:name>", plans.schedule_detail, name="schedule"),
     path("audit/", views.audit_log, name="audit"),
+    path("limits/", limits.limits_page, name="limits"),
+    path("limits/set/", limits.limit_set, name="limit_set"),
+    path("limits/clear/", limits.limit_clear, name="limit_clear"),
     path("schedules/<path:name>/<str:action>/", actions.schedule_action, name="schedule_action"),
     path("pro/locks/", pro.locks, name="locks"),
     path("pro/locks/<str:jid>/release/", pro.release_lock, name="release_lock"),

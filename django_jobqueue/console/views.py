@@ -145,6 +145,7 @@ def job_detail(request: HttpRequest, jid: str) -> HttpResponse:
             attempts=story.attempts_of(job),
             audit=audit,
             timeline=story.timeline(job, audit, now),
+            why_waiting=story.why_waiting(job, now),
             actions=story.actions_for(job, now),
             id_held=job.job_id_hash is not None,
             unique_held=job.unique_key_hash is not None,

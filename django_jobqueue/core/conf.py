@@ -22,6 +22,7 @@ from django.dispatch import receiver
 
 from .durations import parse_duration
 from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption
+from .limitspec import Limit, parse_limit
 from .validation import QUEUE_NAME_RULE, queue_name_problem
 
 __all__ = [
@@ -40,7 +41,8 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE": None,
     # Job types declared in settings: {"emails.send": {"handler": "app.jobs.send", ...}}.
     "JOB_TYPES": {},
-    # Per-queue options: {"emails": {"dedupe": "1h", "keep": "7d"}}.
+    # Per-queue options: {"emails": {"dedupe": "1h", "keep": "7d", "limits": {...}}};
+    # "limits" is a flow-control limit on the whole queue (docs/limits.md).
     "QUEUES": {},
     # Dotted paths of middleware (docs/design.md#execution), outermost first.
     "MIDDLEWARE": [],
@@ -153,7 +155,7 @@ _INT_KEYS = {
     "MAX_RESULT_BYTES": 1,
 }
 _DURATION_KEYS = ("KEEP", "RETENTION", "STATS_RETENTION", "AUDIT_KEEP", "REPAIR_WINDOW")
-_QUEUE_OPTION_KEYS = frozenset({"dedupe", "keep"})
+_QUEUE_OPTION_KEYS = frozenset({"dedupe", "keep", "limits"})
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,8 @@ class QueueOptions:
     dedupe: timedelta | None
     #: How long a failed (dead letter) job stays and keeps its id.
     keep: timedelta
+    #: The queue's declared flow-control limit (docs/limits.md); None: none.
+    limits: Limit | None = None
 
 
 @dataclass(frozen=True)
@@ -337,12 +341,20 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             continue
         try:
             dedupe = options.get("dedupe", defaults.dedupe)
+            limits = options.get("limits")
             queues[name] = QueueOptions(
                 dedupe=None if dedupe is None else parse_duration(dedupe, name="dedupe"),
                 keep=parse_duration(options.get("keep", defaults.keep), name="keep"),
+                limits=None if limits is None else parse_limit(limits, allow_callable=False),
             )
         except InvalidOption as exc:
             errors.append(f"JOBQUEUE['QUEUES'][{name!r}]: {exc}")
+    for name, options in values["JOB_TYPES"].items():
+        if isinstance(options, Mapping) and options.get("limits") is not None:
+            try:
+                parse_limit(options["limits"], allow_callable=False)
+            except InvalidOption as exc:
+                errors.append(f"JOBQUEUE['JOB_TYPES'][{name!r}]['limits']: {exc}")
     gateway = _parse_gateway(values["GATEWAY"], errors)
     if errors:
         return None, errors

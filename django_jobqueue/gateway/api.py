@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ninja import NinjaAPI
 
-from . import flows, jobs, pro, queues, workers
+from . import flows, jobs, limits, pro, queues, workers
 from .auth import BearerToken
 from .body import JsonBodyParser
 from .errors import install_handlers
@@ -30,7 +30,7 @@ def _build() -> NinjaAPI:
         parser=JsonBodyParser(),
     )
     # pro first: its POST /jobs/bulk must match before jobs' /jobs/{jid}.
-    for module in (pro, jobs, flows, queues, workers):
+    for module in (pro, jobs, flows, queues, workers, limits):
         api.add_router("", module.router)
     install_handlers(api)
     return api

@@ -48,8 +48,8 @@ router = Router(tags=["jobs"])
 _JID = re.compile(r"[0-9a-f]{32}")
 #: Option names, in the order a message of ``build_job`` is searched for the field.
 _FIELDS = (
-    "unique_ttl_ms", "unique_mode", "unique_key", "expires_ms", "timeout_ms", "max_retry",
-    "priority", "delay", "queue", "payload", "job_type",
+    "limit_key", "unique_ttl_ms", "unique_mode", "unique_key", "expires_ms", "timeout_ms",
+    "max_retry", "priority", "delay", "queue", "payload", "job_type",
 )  # fmt: skip
 
 
@@ -105,6 +105,7 @@ def spec_of(job: JobIn) -> JobSpec:
             unique_key=job.unique_key,
             unique_mode=job.unique_mode,
             unique_ttl_ms=job.unique_ttl_ms,
+            limit_key=job.limit_key,
         )
     except ProRequired as exc:
         exc.field = "unique_mode"  # type: ignore[attr-defined]

@@ -165,6 +165,9 @@ class JobIn(_In):
     on_upstream_failure: Literal["cancel", "skip", "ignore"] | None = Field(
         None, description="With after: what an upstream job's death does to this one."
     )
+    limit_key: Name | None = Field(
+        None, description="The key a partitioned limit counts the job under (docs/limits.md)."
+    )
 
     _run_at = field_validator("run_at")(_bounded)
 

@@ -17,7 +17,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_jobqueue", "0017_job_origin_index"),
+        ("django_jobqueue", "0018_job_limits"),
     ]
 
     operations = [

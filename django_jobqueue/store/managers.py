@@ -123,6 +123,9 @@ class JobSpec:
     #: Who enqueued it (:mod:`django_jobqueue.core.origin`), stored as ``Job.origin``;
     #: set by ``build_job``, not an ``__init__`` argument.
     origin: str = field(default="", init=False, compare=False, repr=False)
+    #: The key a partitioned limit counts it under (docs/limits.md), stored as
+    #: ``Job.limit_key``; set by ``build_job``, not an ``__init__`` argument.
+    limit_key: str = field(default="", init=False, compare=False, repr=False)
 
     def with_payload(self, payload: Any, payload_json: str) -> JobSpec:
         """Return this spec with another payload, already checked (``payload_json`` is
@@ -169,6 +172,7 @@ class JobSpec:
             "created_at": Now(),
             "updated_at": Now(),
             "origin": self.origin,
+            "limit_key": self.limit_key,
         }
 
 

@@ -66,7 +66,7 @@ _VARIABLE = frozenset(
         "jid", "queue", "job_type", "job_id", "job_id_hash", "payload", "priority",
         "max_retry", "timeout_ms", "secure", "run_at", "expires_at", "unique_key",
         "unique_key_hash", "unique_mode", "unique_expires_at", "dedupe_ms", "keep_ms",
-        "created_at", "updated_at", "origin",
+        "created_at", "updated_at", "origin", "limit_key",
     }
 )  # fmt: skip
 #: The further fields a caller may store with a job (``JobManager.create_job``'s hold_fields).
@@ -240,7 +240,7 @@ class _Plan:
             elif name in _HOLD_FIELDS:
                 parts.append(param(lambda r, n, c, a=name: r.hold_fields[a]))
             else:  # queue, job_type, job_id, priority, max_retry, timeout_ms, secure,
-                # unique_key, origin
+                # unique_key, origin, limit_key
                 parts.append(param(lambda r, n, c, a=name: getattr(r.spec, a)))
         return "(" + ", ".join(parts) + ")", getters
 
@@ -469,6 +469,7 @@ def _column_values(plan: _Plan, rows: Sequence[Row], conn: Any) -> dict[str, lis
         "dedupe_ms": [row.hold_fields.get("dedupe_ms") for row in rows],
         "keep_ms": [row.hold_fields.get("keep_ms") for row in rows],
         "origin": [spec.origin for spec in specs],
+        "limit_key": [spec.limit_key for spec in specs],
     }
 
 

@@ -24,6 +24,7 @@ from django.utils.module_loading import autodiscover_modules, import_string
 from ..core.conf import get_config
 from ..core.durations import parse_duration, to_ms
 from ..core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption, UnknownJobType
+from ..core.limitspec import Limit, parse_limit
 from ..core.validation import QUEUE_NAME_RULE, queue_name_problem
 
 __all__ = [
@@ -73,6 +74,7 @@ _JOB_TYPE_KEYS = frozenset(
         "secure",
         "dedupe",
         "keep",
+        "limits",
     }
 )
 
@@ -110,6 +112,8 @@ class JobDescription:
     timezone: str = "UTC"
     #: After downtime, run once for the missed ticks (True) or skip them (False).
     catch_up: bool = False
+    #: Fleet-wide flow-control limit of the type (docs/limits.md); None: none.
+    limits: Limit | None = None
 
 
 def validate(desc: JobDescription) -> JobDescription:
@@ -162,7 +166,8 @@ def describe(name: str, handler: Callable[..., Any], options: Mapping[str, Any])
 
     ``options`` holds any of ``queue``, ``max_retry``, ``concurrent``, ``priority``
     (integers or None), ``secure`` (bool), ``timeout``, ``dedupe``, ``keep``
-    (durations: ``"30s"``, seconds, timedelta; ``dedupe`` may be :data:`UNSET`), and
+    (durations: ``"30s"``, seconds, timedelta; ``dedupe`` may be :data:`UNSET`),
+    ``limits`` (a limit dict, docs/limits.md), and
     the plan options ``cron``, ``timezone``, ``catch_up``, taken as given: the caller
     checks their grammar (``@job`` does, with :mod:`django_jobqueue.schedules`).
     Without ``cron``, ``timezone`` and ``catch_up`` are ignored. Reads no settings.
@@ -176,6 +181,7 @@ def describe(name: str, handler: Callable[..., Any], options: Mapping[str, Any])
         timeout = options.get("timeout")
         dedupe = options.get("dedupe", UNSET)
         keep = options.get("keep")
+        limits = options.get("limits")
         cron = options.get("cron")
         plan = (
             {}
@@ -200,6 +206,7 @@ def describe(name: str, handler: Callable[..., Any], options: Mapping[str, Any])
                 secure=bool(options.get("secure", False)),
                 dedupe=dedupe if dedupe in (UNSET, None) else parse_duration(dedupe, name="dedupe"),
                 keep=None if keep is None else parse_duration(keep, name="keep"),
+                limits=None if limits is None else parse_limit(limits),
                 **plan,
             )
         )

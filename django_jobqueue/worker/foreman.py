@@ -50,7 +50,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
 
-from .. import storage
+from .. import storage, storage_limits
 from ..core.conf import get_config
 from ..core.reconnect import retry_on_disconnect
 from ..core.stopsignals import SignalRelay
@@ -454,7 +454,12 @@ class Foreman(ForemanClaims, ForemanThreads):
                     continue
                 # Found nothing.
                 sleep_ms = self.governor.no_job()
-                if self.burst:
+                # Due jobs held back by a rate (docs/limits.md): sleep until the next
+                # start it allows; a --burst run waits for them rather than ending.
+                throttled_ms = storage_limits.throttled_ms(self.using)
+                if throttled_ms is not None:
+                    sleep_ms = min(sleep_ms, throttled_ms)
+                if self.burst and throttled_ms is None:
                     self._idle_exit.set()
                     break
                 # While the listener is down every idle slot polls (none retires):

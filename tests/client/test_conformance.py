@@ -66,6 +66,9 @@ VERB_OPERATIONS = {
 NOT_IN_CLIENTS = {
     "queue_pause": "an operator's call (the console, manage.py jobqueue), not a client's",
     "queue_resume": "an operator's call (the console, manage.py jobqueue), not a client's",
+    "limits_list": "an operator's call (the console, manage.py jobqueue limits), not a client's",
+    "limits_set": "an operator's call (the console, manage.py jobqueue limits), not a client's",
+    "limits_clear": "an operator's call (the console, manage.py jobqueue limits), not a client's",
     "unique_locks": "a Pro admin route, operated from the console",
     "unique_lock_release": "a Pro admin route, operated from the console",
     "jobs_bulk": "a Pro route, and the conformance gateways run without a licence; the "

@@ -9,6 +9,7 @@ from django.db import connection
 
 from django_jobqueue import enqueue_job, enqueue_many, storage
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store import limits
 from django_jobqueue.store.pauses import paused_queues
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 from tests.testapp.jobtypes import worker as worker_jobs
@@ -34,6 +35,7 @@ def test_claim__a_batch_is_one_statement_in_claim_order(django_assert_num_querie
     for priority, label in [(5, "e"), (1, "a"), (3, "c"), (1, "b"), (9, "z")]:
         enqueue_job(None, "worker.record", {"label": label}, priority=priority)
     paused_queues("default")  # the paused set is a cached read, not part of each claim
+    limits.active("default")  # so are the limits in force (none here: the plain claim)
     with django_assert_num_queries(STATEMENTS[connection.vendor]):
         jobs = storage.claim("default", owner="t", limit=4)
     assert [j.payload["label"] for j in jobs] == ["a", "b", "c", "e"]

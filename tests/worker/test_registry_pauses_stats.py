@@ -27,7 +27,7 @@ from django.urls import reverse
 
 from django_jobqueue import enqueue_job, storage
 from django_jobqueue.models import Job, JobStat, JobStatus, Worker
-from django_jobqueue.store import pauses
+from django_jobqueue.store import limits, pauses
 from django_jobqueue.store.pauses import paused_queues
 from django_jobqueue.store.workerstats import BUCKET_FIELDS, gone_workers, live_workers
 from django_jobqueue.worker.housekeeping import package_version
@@ -96,6 +96,7 @@ def test_claim__skips_paused_queues_in_one_statement(django_assert_num_queries: 
     assert sorted(j.jid for j in named) == sorted(other)
     enqueue("other", 1)
     paused_queues("default")  # still cached, or read again now: not inside the claim
+    limits.active("default")  # the limits in force, likewise (none: the plain claim)
     with django_assert_num_queries(STATEMENTS[connection.vendor]):
         anywhere = storage.claim("default", owner="t", limit=5)  # queue NOT IN (...)
     assert [j.queue for j in anywhere] == ["other"]

@@ -33,7 +33,14 @@ from django_jobqueue.core.conf import get_config
 from django_jobqueue.core.durations import parse_duration
 from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.enqueue import jobs_database
-from django_jobqueue.management import cancelling, filtering, pausing, scheduling, tokens
+from django_jobqueue.management import (
+    cancelling,
+    filtering,
+    limiting,
+    pausing,
+    scheduling,
+    tokens,
+)
 from django_jobqueue.management import status as status_report
 from django_jobqueue.management.arguments import add_database as _add_database
 from django_jobqueue.management.arguments import name as _name
@@ -42,6 +49,7 @@ from django_jobqueue.operations import act_in_batches
 from django_jobqueue.store import states
 from django_jobqueue.store.audit import cli_actor, prune_audit, record
 from django_jobqueue.store.licence import current_licence, describe_licence
+from django_jobqueue.store.limits import limit_rows
 from django_jobqueue.store.pauses import paused_queues
 from django_jobqueue.store.states import state_label
 from django_jobqueue.store.workerstats import live_workers
@@ -194,9 +202,11 @@ def _status(
     workers = maintenance.busy_workers(using)
     live = live_workers(using)
     paused = sorted(paused_queues(using, max_age_s=0))
+    limited = limit_rows(using)
     if as_json:
         data = {
             "queues": rows,
+            "limits": limited,
             "paused_queues": paused,
             "busy_workers": workers,
             "live_workers": [_worker_dict(worker) for worker in live],
@@ -206,6 +216,7 @@ def _status(
     if not rows:
         command.stdout.write("No jobs.")
         _write_paused(command, paused)
+        limiting.write_rows(command, limited)
         _write_live_workers(command, live)
         return
     header = [
@@ -233,6 +244,7 @@ def _status(
         command.stdout.write("  ".join(cells).rstrip())
     command.stdout.write(f"Busy workers (holding a job now): {workers}")
     _write_paused(command, paused)
+    limiting.write_rows(command, limited)
     _write_live_workers(command, live)
 
 
@@ -513,6 +525,11 @@ subcommand(
     "pause", help="Pause a queue: workers stop claiming its jobs.", arguments=pausing.arguments
 )(pausing.pause)
 subcommand("resume", help="Resume a paused queue.", arguments=pausing.arguments)(pausing.resume)
+subcommand(
+    "limits",
+    help="List, set or clear flow-control limits (concurrency, rate, per key).",
+    arguments=limiting.arguments,
+)(limiting.handle)
 subcommand(
     "cancel",
     help="Cancel waiting jobs and ask running ones to stop, by jid or by queue.",
