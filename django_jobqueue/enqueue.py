@@ -317,9 +317,10 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
                 plain = (type(queue := job.get("queue")), queue, type(job_type), job_type, ())
                 template = templates.get(plain) if _hashable(plain) else None
                 if template is not None:
-                    what = f"The payload of a {job_type!r} job"
-                    payload_json = json_text(payload, what, max_bytes=max_bytes)
-                    specs.append(template.with_payload(payload, payload_json))
+                    specs.append(
+                        _from_template(template, payload, keyed_by_payload[plain], max_bytes)
+                    )
+                    waits.append(None)
                     continue
             if not isinstance(job, Mapping):
                 raise InvalidRequest(
@@ -335,13 +336,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
             key = _template_key(queue, job_type, options)
             template = templates.get(key) if key is not None else None
             if template is not None:
-                what = f"The payload of a {job_type!r} job"
-                payload_json = json_text(payload, what, max_bytes=max_bytes)
-                spec = template.with_payload(payload, payload_json)
-                if keyed_by_payload[key]:  # this payload's own partition key
-                    limit_key = _limit_key(spec.job_type, spec.queue, payload, None)
-                    object.__setattr__(spec, "limit_key", limit_key)
-                specs.append(spec)
+                specs.append(_from_template(template, payload, keyed_by_payload[key], max_bytes))
                 continue
             _check_options(options, _MANY_OPTIONS)
             spec = build_job(queue, job_type, payload, **options)
@@ -359,6 +354,25 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     if link is None and open_block() is None and not any(waits):
         return create_many(specs)
     return create_linked(specs, link, many=True, waits=waits) if specs else []
+
+
+def _from_template(template: JobSpec, payload: Any, keyed: bool, max_bytes: int) -> JobSpec:
+    """A job of a batch like ``template`` but for its ``payload`` (checked here, at
+    most ``max_bytes`` bytes of JSON) and, when ``keyed``, the partition key read from
+    that payload (docs/limits.md).
+
+    Raises
+    ------
+    InvalidPayload
+        If ``payload`` is not JSON or is over ``MAX_PAYLOAD_BYTES``.
+    """
+    what = f"The payload of a {template.job_type!r} job"
+    payload_json = json_text(payload, what, max_bytes=max_bytes)
+    spec = template.with_payload(payload, payload_json)
+    if keyed:
+        limit_key = _limit_key(spec.job_type, spec.queue, payload, None)
+        object.__setattr__(spec, "limit_key", limit_key)
+    return spec
 
 
 #: The keys of a job of :func:`enqueue_many` that has no option.
