@@ -1,0 +1,151 @@
+"""The gateway's ASGI entry: its routes served with no thread per request.
+
+In the site's ``asgi.py``, in place of ``get_asgi_application()``::
+
+    from django_jobqueue.gateway.asgi import gateway_application
+
+    application = gateway_application(prefix="/sdk/")
+
+Requests under ``prefix`` (where the site mounts ``django_jobqueue.gateway.urls``) go
+to :class:`GatewayHandler`; every other request, and every other scope (lifespan,
+websocket), to the site's application (``site``, default Django's own). Django's ASGI
+handler runs each request's sync parts (every sync middleware's hooks, a sync view)
+in a thread made for that request. The gateway's handler:
+
+- runs none of the site's ``MIDDLEWARE``: the gateway reads no cookie, session or
+  user (bearer tokens, JSON in and out), so CSRF, sessions, auth and messages have
+  nothing to do; put security headers and TLS in the reverse proxy
+  (docs/deployment.md);
+- runs each sync route (enqueue, batch, heartbeat, complete, ...) as a whole in a
+  thread of the gateway's request pool, and the claim's queries in the claim pool
+  (:mod:`.pools`), whose threads keep their connections;
+- makes no thread per request: Django's ``request_started``/``request_finished``
+  receivers (``close_old_connections``: the pools' threads keep theirs) run in
+  asgiref's one shared thread, where no query runs.
+
+So a claim waiting on its event (:mod:`.waiting`) holds no thread at all, and
+producers' requests never queue behind claims for a thread or a connection.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import django
+from asgiref.sync import iscoroutinefunction
+from django.core.asgi import get_asgi_application
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.exception import convert_exception_to_response
+from django.http import HttpRequest, HttpResponseBase
+from django.urls import URLPattern, include, path
+
+from . import pools
+
+__all__ = ["GatewayHandler", "gateway_application"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _pooled(view: Callable[..., HttpResponseBase]) -> Callable[..., Awaitable[HttpResponseBase]]:
+    """An ``async`` view that runs the sync ``view`` whole in the request pool."""
+
+    @functools.wraps(view)
+    async def run(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        return await pools.in_pool(pools.request_pool, view, request, *args, **kwargs)
+
+    return run
+
+
+def _urlconf(prefix: str) -> types.ModuleType:
+    """The gateway handler's URLconf: the gateway's routes (sync ones pooled) under
+    ``prefix``, with the namespace ``django_jobqueue.gateway.urls`` has."""
+    from . import urls
+
+    patterns = [
+        URLPattern(p.pattern, _pooled(p.callback), p.default_args, p.name)
+        if isinstance(p, URLPattern) and not iscoroutinefunction(p.callback)
+        else p
+        for p in urls.urlpatterns
+    ]
+    module = types.ModuleType(f"{__name__}.urlconf")
+    module.urlpatterns = [  # type: ignore[attr-defined]
+        path(
+            prefix.strip("/") + "/" if prefix.strip("/") else "", include((patterns, urls.app_name))
+        )
+    ]
+    return module
+
+
+class GatewayHandler(ASGIHandler):
+    """Django's ASGI handler for the gateway's routes alone (see the module docstring).
+
+    Parameters
+    ----------
+    prefix
+        The path the site mounts the gateway's URLs at, with its slashes
+        (``"/sdk/"``); a request outside it answers the gateway's JSON 404.
+    """
+
+    def __init__(self, prefix: str = "/sdk/") -> None:
+        self.urlconf = _urlconf(prefix)
+        super().__init__()
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        """Load no middleware: the chain is Django's view call and its 404/500 answers."""
+        self._view_middleware: list[Any] = []
+        self._template_response_middleware: list[Any] = []
+        self._exception_middleware: list[Any] = []
+        get_response = self._get_response_async if is_async else self._get_response
+        self._middleware_chain = convert_exception_to_response(get_response)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one HTTP request, with no per-request thread (no ``ThreadSensitiveContext``)."""
+        if scope["type"] != "http":
+            raise ValueError(f"The gateway serves HTTP only, not {scope['type']}.")
+        await self.handle(scope, receive, send)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        """Resolve ``request`` against the gateway's URLconf, then answer it."""
+        request.urlconf = self.urlconf  # type: ignore[attr-defined]
+        return await super().get_response_async(request)
+
+
+def gateway_application(site: ASGIApp | None = None, *, prefix: str = "/sdk/") -> ASGIApp:
+    """Return an ASGI application serving ``prefix`` with :class:`GatewayHandler`.
+
+    Parameters
+    ----------
+    site
+        The application for every other request and scope; default
+        ``django.core.asgi.get_asgi_application()``.
+    prefix
+        Where the site's URLconf mounts ``django_jobqueue.gateway.urls``, with its
+        slashes: ``"/sdk/"`` for ``path("sdk/", include(...))``.
+
+    Raises
+    ------
+    ValueError
+        ``prefix`` does not start and end with ``/``.
+    """
+    if not (prefix.startswith("/") and prefix.endswith("/")):
+        raise ValueError(f"prefix must start and end with '/', as '/sdk/' does; got {prefix!r}.")
+    django.setup(set_prefix=False)
+    site_app: ASGIApp = site if site is not None else get_asgi_application()
+    gateway = GatewayHandler(prefix)
+
+    async def application(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            root = scope.get("root_path", "")
+            route = scope["path"][len(root) :] if scope["path"].startswith(root) else scope["path"]
+            if route.startswith(prefix):
+                await gateway(scope, receive, send)
+                return
+        await site_app(scope, receive, send)
+
+    return application
