@@ -21,7 +21,6 @@ Python executor does and not handed out.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import math
