@@ -2,10 +2,15 @@
 
 Legs, each bounded by ``seconds`` and on 127.0.0.1 only:
 
-- **ASGI**: uvicorn (one process) serving example_project.asgi; 200 claims wait at
-  once (``wait_ms`` 4,000 to 6,000 on a queue nobody enqueues to, each claiming again
-  when its wait ends) while 4 producers ``POST /sdk/jobs`` one after another. Producer p50/p99,
-  against the same producers with no claim waiting.
+- **ASGI**: uvicorn (one process) serving example_project.asgi's ``application`` (the
+  gateway's entry, ``gateway_application``); 200 claims wait at once (``wait_ms``
+  4,000 to 6,000 on a queue nobody enqueues to, each claiming again when its wait
+  ends) while 4 producers ``POST /sdk/jobs`` one after another. Producer p50/p99,
+  against the same producers with no claim waiting. Then the same two legs with
+  Django's own ASGI handler (example_project.asgi's ``site``: the site's middleware,
+  a thread per request), for contrast within the run.
+- **footprint**: under the gateway's entry, the uvicorn process's resident memory
+  and thread count with no claim waiting and with 1,000 waiting.
 - **WSGI**: gunicorn ``--workers 2 --worker-class gthread --threads 4`` with the
   default ``MAX_WAITING_CLAIMS`` (2): the same 200 claims (those over the cap answer
   at once with ``Retry-After`` and claim again after it) and producers.
@@ -56,10 +61,12 @@ def _wait_until_up(process: subprocess.Popen[bytes], url: str, what: str) -> Non
     raise SystemExit(f"{what} did not answer within 60 s")
 
 
-def start_uvicorn(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    """Serve example_project.asgi with one uvicorn process; return once it answers."""
+def start_uvicorn(
+    env: dict[str, str], port: int, app: str = "application"
+) -> subprocess.Popen[bytes]:
+    """Serve example_project.asgi's ``app`` with one uvicorn process; return once it answers."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "example_project.asgi:application",
+        [sys.executable, "-m", "uvicorn", f"example_project.asgi:{app}",
          "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
          "--no-access-log", "--backlog", "2048"],
         cwd=ROOT,
@@ -303,17 +310,52 @@ def with_slow_sockets(port: int, token: str, run: Any) -> Any:
             thread.join(5)
 
 
+def _process_status(pid: int) -> dict[str, int]:
+    """``VmRSS`` (KiB) and ``Threads`` of process ``pid``, from /proc."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return {"rss_kib": int(fields["VmRSS"].split()[0]), "threads": int(fields["Threads"])}
+
+
+def waiting_footprint(base: str, token: str, pid: int, count: int) -> dict[str, Any]:
+    """The server's memory and threads with no claim waiting, then with ``count``."""
+    import httpx
+
+    async def scenario() -> dict[str, Any]:
+        limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=count + 10)
+        async with httpx.AsyncClient(
+            base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60,
+            limits=limits,
+        ) as http:  # fmt: skip
+            idle = _process_status(pid)
+            body = {"queues": [IDLE_QUEUE], "wait_ms": 20_000}
+            claims = [
+                asyncio.create_task(http.post("/worker/claim", json=body)) for _ in range(count)
+            ]
+            await asyncio.sleep(8.0)  # every claim sent, checked and waiting
+            loaded = _process_status(pid)
+            for claim in claims:
+                claim.cancel()
+            await asyncio.gather(*claims, return_exceptions=True)
+        return {"count": count, "idle": idle, "waiting": loaded}
+
+    return asyncio.run(scenario())
+
+
 def run_legs(env: dict[str, str], token: str, seconds: float) -> dict[str, Any]:
     """Run every leg; return their figures (see the module docstring)."""
     figures: dict[str, Any] = {}
     asgi_port = free_port()
-    # Under ASGI every request's thread is new: psycopg's pool, not persistent ones.
+    # Django's own handler runs each request in a new thread: psycopg's pool, not
+    # persistent connections (the gateway's entry keeps its pools' connections).
     uvicorn = start_uvicorn({**env, "DB_POOL": "1"}, asgi_port)
     try:
         base = f"http://127.0.0.1:{asgi_port}/sdk"
         enqueue_latencies(base, token, 20, 10)  # warm up
         figures["asgi_alone"] = producers_with_claims(base, token, 0, seconds)
         figures["asgi_200"] = producers_with_claims(base, token, 200, seconds)
+        figures["footprint"] = waiting_footprint(base, token, uvicorn.pid, 1000)
         nginx_port = free_port()
         with tempfile.TemporaryDirectory(prefix="jq-nginx-") as directory:
             nginx = start_nginx(Path(directory), nginx_port, asgi_port)
@@ -327,6 +369,16 @@ def run_legs(env: dict[str, str], token: str, seconds: float) -> dict[str, Any]:
             finally:
                 nginx.terminate()
                 nginx.wait(timeout=30)
+    finally:
+        uvicorn.terminate()
+        uvicorn.wait(timeout=30)
+    django_port = free_port()
+    uvicorn = start_uvicorn({**env, "DB_POOL": "1"}, django_port, app="site")
+    try:
+        base = f"http://127.0.0.1:{django_port}/sdk"
+        enqueue_latencies(base, token, 20, 10)
+        figures["django_alone"] = producers_with_claims(base, token, 0, seconds)
+        figures["django_200"] = producers_with_claims(base, token, 200, seconds)
     finally:
         uvicorn.terminate()
         uvicorn.wait(timeout=30)
@@ -360,13 +412,28 @@ def report(figures: dict[str, Any]) -> None:
         )
 
     print("producer POST /sdk/jobs, 4 producers:")
-    line("  ASGI (uvicorn), no claim waiting", figures["asgi_alone"])
-    line("  ASGI (uvicorn), 200 claims waiting", figures["asgi_200"])
+    line("  ASGI (uvicorn, gateway entry), no claim waiting", figures["asgi_alone"])
+    line("  ASGI (uvicorn, gateway entry), 200 waiting", figures["asgi_200"])
+    line("  ASGI (Django's handler), no claim waiting", figures["django_alone"])
+    line("  ASGI (Django's handler), 200 claims waiting", figures["django_200"])
     line("  WSGI (gunicorn gthread 2x4), no claim waiting", figures["wsgi_alone"])
     line("  WSGI, 200 claims, MAX_WAITING_CLAIMS 2", figures["wsgi_200"])
     print(
         f"ASGI p99 with 200 waiting / without: "
         f"{figures['asgi_200']['p99'] / figures['asgi_alone']['p99']:.2f}"
+    )
+    print(
+        f"ASGI, Django's handler, p99 with 200 waiting / without: "
+        f"{figures['django_200']['p99'] / figures['django_alone']['p99']:.2f}"
+    )
+    foot = figures["footprint"]
+    idle, loaded = foot["idle"], foot["waiting"]
+    per_claim = (loaded["rss_kib"] - idle["rss_kib"]) / foot["count"]
+    print(
+        f"uvicorn (gateway entry), {foot['count']} claims waiting: "
+        f"RSS {idle['rss_kib'] / 1024:.0f} -> {loaded['rss_kib'] / 1024:.0f} MiB "
+        f"({per_claim:.1f} KiB a claim), threads "
+        f"{idle['threads']} -> {loaded['threads']}"
     )
     print(
         f"WSGI p99 with 200 waiting (capped) / without: "
