@@ -45,8 +45,11 @@ class BearerToken(HttpBearer):
     view) it checks at once.
     """
 
-    #: django-ninja: call it without ``sync_to_async`` for async views.
-    is_async = True
+    def __init__(self) -> None:
+        super().__init__()
+        # django-ninja: call it without ``sync_to_async`` for async views (its
+        # ``__init__`` sets False, as ``authenticate`` is a plain ``def``).
+        self.is_async = True
 
     def __call__(self, request: HttpRequest) -> Any:
         """Return the token (a coroutine of it in an event loop's thread).

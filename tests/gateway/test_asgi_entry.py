@@ -20,6 +20,7 @@ from django_jobqueue import enqueue_job
 from django_jobqueue.gateway import pools, waiting
 from django_jobqueue.gateway.asgi import gateway_application
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store import apitokens
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,8 +66,18 @@ def _pool_connections_closed() -> Any:
     _close_pool_connections()
 
 
-def test_a_producer_is_served_while_more_claims_wait_than_there_are_threads(make_token):
+def test_a_producer_is_served_while_more_claims_wait_than_there_are_threads(
+    make_token, monkeypatch
+):
     token = make_token()
+    checked_in: list[str] = []  # the thread each token check ran in
+    real_authenticate = apitokens.authenticate
+
+    def authenticate(text: str, **kwargs: Any) -> Any:
+        checked_in.append(threading.current_thread().name.split("_")[0])
+        return real_authenticate(text, **kwargs)
+
+    monkeypatch.setattr(apitokens, "authenticate", authenticate)
 
     async def scenario() -> dict[str, Any]:
         async with _client(token) as http:
@@ -122,6 +133,11 @@ def test_a_producer_is_served_while_more_claims_wait_than_there_are_threads(make
     assert sorted(claimed) == sorted(got["jids"])  # each job once, each claim one job
     assert Job.objects.filter(queue="gw", status=JobStatus.PROCESSING).count() == CLAIMS
     assert waiting.waiters() == 0
+    # Claims' token checks ran in the claim pool, the other routes in the request
+    # pool: none in a thread made for a request, nor in asgiref's one shared thread.
+    assert checked_in.count("jq-claim") == CLAIMS + 1
+    assert checked_in.count("jq-gateway") == 6
+    assert len(checked_in) == CLAIMS + 7
 
 
 def test_the_entry_answers_the_gateway_errors_and_hands_other_paths_to_the_site(make_token):
