@@ -19,9 +19,12 @@ in a thread made for that request. The gateway's handler:
 - runs each sync route (enqueue, batch, heartbeat, complete, ...) as a whole in a
   thread of the gateway's request pool, and the claim's queries in the claim pool
   (:mod:`.pools`), whose threads keep their connections;
-- makes no thread per request: Django's ``request_started``/``request_finished``
-  receivers (``close_old_connections``: the pools' threads keep theirs) run in
-  asgiref's one shared thread, where no query runs.
+- makes no thread per request, nor any trip to a thread but the pools': Django's
+  ``request_started``/``request_finished`` receivers (``close_old_connections``,
+  ``reset_queries``: no connection is opened in the event loop, and the pools'
+  threads keep theirs) are called in the event loop. A site that connects receivers
+  of its own to them gets Django's way back: they run in asgiref's shared thread
+  (``Signal.asend``), one request after another.
 
 So a claim waiting on its event (:mod:`.waiting`) holds no thread at all, and
 producers' requests never queue behind claims for a thread or a connection.
@@ -29,18 +32,23 @@ producers' requests never queue behind claims for a thread or a connection.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import types
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import django
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.core import signals
 from django.core.asgi import get_asgi_application
-from django.core.handlers.asgi import ASGIHandler
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
+from django.db import close_old_connections, reset_queries
+from django.dispatch import Signal
 from django.http import HttpRequest, HttpResponseBase
-from django.urls import URLPattern, include, path
+from django.urls import URLPattern, include, path, set_script_prefix
 
 from . import pools
 
@@ -82,6 +90,39 @@ def _urlconf(prefix: str) -> types.ModuleType:
     return module
 
 
+#: Receivers of request_started/request_finished that may run in the event loop: they
+#: touch only the calling thread's connections, and the event loop has none.
+_LOOP_SAFE = frozenset({close_old_connections, reset_queries})
+
+
+def _in_loop(signal: Signal, sender: type) -> bool:
+    """Whether every receiver of ``signal`` is one of Django's :data:`_LOOP_SAFE` ones."""
+    try:
+        sync_receivers, async_receivers = signal._live_receivers(sender)
+    except (AttributeError, TypeError, ValueError):  # another Django: its own way
+        return False
+    return not async_receivers and all(receiver in _LOOP_SAFE for receiver in sync_receivers)
+
+
+async def _announce(signal: Signal, sender: type, **named: Any) -> None:
+    if _in_loop(signal, sender):
+        signal.send(sender=sender, **named)
+    else:
+        await signal.asend(sender=sender, **named)
+
+
+async def _close(response: HttpResponseBase, sender: type) -> None:
+    """``response.close()``: its closers, then ``request_finished``."""
+    if _in_loop(signals.request_finished, sender):
+        response.close()
+    else:
+        await sync_to_async(response.close)()
+
+
+class _Processed(Exception):
+    """The response was sent: end the task group that listens for a disconnect."""
+
+
 class GatewayHandler(ASGIHandler):
     """Django's ASGI handler for the gateway's routes alone (see the module docstring).
 
@@ -105,10 +146,43 @@ class GatewayHandler(ASGIHandler):
         self._middleware_chain = convert_exception_to_response(get_response)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one HTTP request, with no per-request thread (no ``ThreadSensitiveContext``)."""
+        """Serve one HTTP request, with no per-request thread (no ``ThreadSensitiveContext``).
+
+        Django's ``ASGIHandler.handle``, but for where the signals run: read the
+        body, answer, and stop the view (a waiting claim) when the client leaves.
+        """
         if scope["type"] != "http":
             raise ValueError(f"The gateway serves HTTP only, not {scope['type']}.")
-        await self.handle(scope, receive, send)
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        with body_file:
+            set_script_prefix(get_script_prefix(scope))
+            await _announce(signals.request_started, self.__class__, scope=scope)
+            request, error_response = self.create_request(scope, body_file)
+            if request is None:
+                await self.send_response(error_response, send)
+                await _close(error_response, self.__class__)
+                return
+            response = None
+            try:
+                try:
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(self.listen_for_disconnect(receive))
+                        response = await self.run_get_response(request)
+                        await self.send_response(response, send)
+                        raise _Processed
+                except* (_Processed, RequestAborted):
+                    pass
+            except BaseExceptionGroup as group_error:
+                if len(group_error.exceptions) == 1:
+                    raise group_error.exceptions[0] from None
+                raise
+            if response is None:  # the client left before the answer
+                await signals.request_finished.asend(sender=self.__class__)
+            else:
+                await _close(response, self.__class__)
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         """Resolve ``request`` against the gateway's URLconf, then answer it."""

@@ -187,3 +187,71 @@ def test_the_schema_served_by_the_entry_is_the_wsgi_one(make_token):
 def test_a_prefix_without_slashes_is_refused():
     with pytest.raises(ValueError, match="start and end with '/'"):
         gateway_application(get_asgi_application(), prefix="sdk")
+
+
+def _scope(path: str, token: str) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/json"),
+            (b"authorization", f"Bearer {token}".encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+
+
+def test_a_waiting_claim_whose_client_left_ends_and_claims_nothing(make_token):
+    token = make_token()
+
+    async def scenario() -> tuple[list, int]:
+        app = gateway_application(prefix="/sdk/")
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        inbox.put_nowait({"type": "http.request", "body": b'{"queues": ["gw"], "wait_ms": 30000}'})
+        sent: list = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        served = asyncio.ensure_future(app(_scope("/sdk/worker/claim", token), inbox.get, send))
+        await _until_waiting(1)
+        inbox.put_nowait({"type": "http.disconnect"})
+        await asyncio.wait_for(served, 30)
+        left = waiting.waiters()
+        return sent, left
+
+    sent, left = asyncio.run(scenario())
+    assert sent == [] and left == 0  # no answer to a gone client, no claim left waiting
+    jid = enqueue_job("gw", "gw.echo", {})["jid"]
+    assert Job.objects.get(jid=jid).status == JobStatus.INIT  # nobody claimed it
+
+
+def test_a_site_receiver_of_request_finished_still_runs(make_token):
+    from django.core.signals import request_finished
+
+    token = make_token()
+    calls: list[str] = []
+
+    def receiver(sender: type, **kwargs: Any) -> None:
+        calls.append(threading.current_thread().name)
+
+    request_finished.connect(receiver)
+    try:
+
+        async def scenario() -> int:
+            async with _client(token) as http:
+                return (await http.get("/sdk/openapi.json")).status_code
+
+        assert asyncio.run(scenario()) == 200
+    finally:
+        request_finished.disconnect(receiver)
+    assert len(calls) == 1 and calls[0] != threading.main_thread().name  # not in the loop
