@@ -153,6 +153,13 @@ class GatewayHandler(ASGIHandler):
         """
         if scope["type"] != "http":
             raise ValueError(f"The gateway serves HTTP only, not {scope['type']}.")
+        marked = pools.served_by_gateway_entry.set(True)
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            pools.served_by_gateway_entry.reset(marked)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:

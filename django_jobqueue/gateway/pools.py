@@ -37,6 +37,7 @@ __all__ = [
     "fresh",
     "in_pool",
     "request_pool",
+    "served_by_gateway_entry",
 ]
 
 T = TypeVar("T")
@@ -45,6 +46,12 @@ T = TypeVar("T")
 CLAIM_THREADS = 8
 #: Threads that run the other routes' views under the gateway's ASGI entry (per process).
 REQUEST_THREADS = 8
+
+#: True while a request is served by the gateway's own ASGI handler
+#: (:mod:`.asgi`), which runs no site middleware; False under Django's handler.
+served_by_gateway_entry: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "served_by_gateway_entry", default=False
+)
 
 claim_pool = ThreadPoolExecutor(CLAIM_THREADS, thread_name_prefix="jq-claim")
 request_pool = ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="jq-gateway")

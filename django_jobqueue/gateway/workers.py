@@ -31,6 +31,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
+from django.db import connections
 from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
@@ -232,6 +233,10 @@ async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> 
     using = jobs_database()
     asgi = isinstance(request, ASGIRequest)
     run = _in_claim_pool if asgi else _in_request_thread
+    if asgi and not pools.served_by_gateway_entry.get():
+        # Django's handler: the site's middleware may have opened a connection in
+        # this request's thread; a waiting claim must not hold it.
+        await sync_to_async(_release_connections)()
     owner = (OWNER_MARK + (body.worker or token.name))[:200]
     jobs = await run(_first_claim, using, token, owner, body)
     if not jobs and body.wait_ms > 0:
@@ -285,6 +290,13 @@ def _due_to_be_seen(using: str, name: str) -> bool:
             _seen_at.clear()
         _seen_at[(using, name)] = now
     return True
+
+
+def _release_connections() -> None:
+    """Close this thread's connections (back to the pool, with one) outside a transaction."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close()
 
 
 async def _in_claim_pool(func: Callable[..., Any], *args: Any) -> Any:
