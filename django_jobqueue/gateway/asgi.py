@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import types
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import django
@@ -54,9 +54,9 @@ from . import pools
 
 __all__ = ["GatewayHandler", "gateway_application"]
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
@@ -142,7 +142,7 @@ class GatewayHandler(ASGIHandler):
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []
         self._exception_middleware: list[Any] = []
-        get_response = self._get_response_async if is_async else self._get_response
+        get_response = getattr(self, "_get_response_async" if is_async else "_get_response")
         self._middleware_chain = convert_exception_to_response(get_response)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -169,6 +169,7 @@ class GatewayHandler(ASGIHandler):
             await _announce(signals.request_started, self.__class__, scope=scope)
             request, error_response = self.create_request(scope, body_file)
             if request is None:
+                assert error_response is not None  # create_request gives one of the two
                 await self.send_response(error_response, send)
                 await _close(error_response, self.__class__)
                 return
@@ -193,7 +194,7 @@ class GatewayHandler(ASGIHandler):
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         """Resolve ``request`` against the gateway's URLconf, then answer it."""
-        request.urlconf = self.urlconf  # type: ignore[attr-defined]
+        request.urlconf = self.urlconf  # type: ignore[assignment]  # a module, as Django allows
         return await super().get_response_async(request)
 
 
