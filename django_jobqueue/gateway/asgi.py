@@ -19,7 +19,8 @@ in a thread made for that request. The gateway's handler:
 - runs each sync route (enqueue, batch, heartbeat, complete, ...) as a whole in a
   thread of the gateway's request pool, and the claim's queries in the claim pool
   (:mod:`.pools`), whose threads keep their connections;
-- makes no thread per request, nor any trip to a thread but the pools': Django's
+- makes no thread per request, nor any trip to a thread but the pools' (and the
+  event loop's default executor, where Django logs 4xx and 5xx answers): Django's
   ``request_started``/``request_finished`` receivers (``close_old_connections``,
   ``reset_queries``: no connection is opened in the event loop, and the pools'
   threads keep theirs) are called in the event loop. A site that connects receivers
