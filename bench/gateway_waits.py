@@ -2,10 +2,16 @@
 
 Legs, each bounded by ``seconds`` and on 127.0.0.1 only:
 
-- **ASGI**: uvicorn (one process) serving example_project.asgi; 200 claims wait at
-  once (``wait_ms`` 4,000 to 6,000 on a queue nobody enqueues to, each claiming again
-  when its wait ends) while 4 producers ``POST /sdk/jobs`` one after another. Producer p50/p99,
-  against the same producers with no claim waiting.
+- **ASGI**: uvicorn (one process) serving example_project.asgi's ``application`` (the
+  gateway's entry, ``gateway_application``); 200 claims wait at once (``wait_ms``
+  4,000 to 6,000 on a queue nobody enqueues to, each claiming again when its wait
+  ends; the claimers in a process of their own) while 4 producers ``POST /sdk/jobs``
+  one after another. Producer p50/p99,
+  against the same producers with no claim waiting. Then the same two legs with
+  Django's own ASGI handler (example_project.asgi's ``site``: the site's middleware,
+  a thread per request), for contrast within the run.
+- **footprint**: the uvicorn process's resident memory and thread count with no
+  claim waiting and with 1,000 waiting, under each entry.
 - **WSGI**: gunicorn ``--workers 2 --worker-class gthread --threads 4`` with the
   default ``MAX_WAITING_CLAIMS`` (2): the same 200 claims (those over the cap answer
   at once with ``Retry-After`` and claim again after it) and producers.
@@ -19,6 +25,8 @@ Legs, each bounded by ``seconds`` and on 127.0.0.1 only:
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
 import socket
 import statistics
 import subprocess
@@ -56,10 +64,12 @@ def _wait_until_up(process: subprocess.Popen[bytes], url: str, what: str) -> Non
     raise SystemExit(f"{what} did not answer within 60 s")
 
 
-def start_uvicorn(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    """Serve example_project.asgi with one uvicorn process; return once it answers."""
+def start_uvicorn(
+    env: dict[str, str], port: int, app: str = "application"
+) -> subprocess.Popen[bytes]:
+    """Serve example_project.asgi's ``app`` with one uvicorn process; return once it answers."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "example_project.asgi:application",
+        [sys.executable, "-m", "uvicorn", f"example_project.asgi:{app}",
          "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
          "--no-access-log", "--backlog", "2048"],
         cwd=ROOT,
@@ -156,11 +166,11 @@ async def _producers(base: str, token: str, seconds: float, count: int = 4) -> l
 
 
 async def _waiting_claims(
-    base: str, token: str, count: int, stop: asyncio.Event, waiting: list[int]
+    base: str, token: str, count: int, stop: Any, waiting: Any
 ) -> dict[str, int]:
-    """``count`` claimers long-poll until ``stop``; ``waiting[0]``: how many wait now,
-    ``waiting[1]``: how many pause after a capped answer, ``waiting[2]``: how many
-    claimers have had an answer."""
+    """``count`` claimers long-poll until ``stop`` (a ``multiprocessing`` event) is set;
+    ``waiting[0]``: how many wait now, ``waiting[1]``: how many pause after a capped
+    answer, ``waiting[2]``: how many claimers have had an answer."""
     import httpx
 
     tally: dict[str, Any] = {"claims": 0, "capped": 0}
@@ -199,26 +209,62 @@ async def _waiting_claims(
                         waiting[1] -= 1
 
         tasks = [asyncio.create_task(claimer(n)) for n in range(count)]
-        await stop.wait()
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return tally
 
 
-def producers_with_claims(
-    base: str, token: str, claims: int, seconds: float, server_waits: int | None = None
-) -> dict[str, Any]:
-    """Producer latencies while ``claims`` claims wait (0: none); one event loop.
+def _claimers_process(base: str, token: str, count: int, stop: Any, waiting: Any, out: Any) -> None:
+    """The claimers, in a process of their own (:func:`producers_with_claims`)."""
+    out.put(asyncio.run(_waiting_claims(base, token, count, stop, waiting)))
 
-    ``server_waits``: how many claims the server lets wait at once (None: all); the
-    producers start once every other claimer has had its first (capped) answer."""
+
+def _cpu_s(pids: list[int]) -> float:
+    """User plus system CPU time (s) of ``pids`` so far, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def with_children(pid: int) -> list[int]:
+    """``pid`` and its child processes (gunicorn's workers), from /proc."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *(int(child) for child in children)]
+
+
+def producers_with_claims(
+    base: str,
+    token: str,
+    claims: int,
+    seconds: float,
+    server_waits: int | None = None,
+    server_pids: list[int] | None = None,
+) -> dict[str, Any]:
+    """Producer latencies while ``claims`` claims wait (0: none).
+
+    The claimers run in a process of their own, so the producers' latencies are the
+    server's and not those of a client busy with 200 claims. ``server_waits``: how
+    many claims the server lets wait at once (None: all); the producers start once
+    every other claimer has had its first (capped) answer. ``server_pids``: the
+    server's processes, whose CPU time over the producers' ``seconds`` is reported
+    (``cpu_ms_per_request``: ms per producer request)."""
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    waiting = context.Array("i", 3)
+    out = context.Queue()
+    claimers = context.Process(
+        target=_claimers_process, args=(base, token, claims, stop, waiting, out), daemon=True
+    )
+    claimers.start()
 
     async def scenario() -> dict[str, Any]:
-        stop = asyncio.Event()
-        waiting = [0, 0, 0]
         answers_first = claims - (claims if server_waits is None else server_waits)
-        claimers = asyncio.create_task(_waiting_claims(base, token, claims, stop, waiting))
         if claims:
             # Producers start once every claim is on its way to the server or pauses
             # after a capped answer, and every claim the server cannot let wait has
@@ -230,15 +276,24 @@ def producers_with_claims(
             ):
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.5)  # the last requests reach the server and wait there
+        cpu_before = _cpu_s(server_pids or [])
         latencies = await _producers(base, token, seconds)
-        stop.set()
-        tally = await claimers
-        return {"latencies": latencies, **tally}
+        cpu = _cpu_s(server_pids or []) - cpu_before
+        return {"latencies": latencies, "cpu_s": cpu}
 
-    result = asyncio.run(scenario())
+    try:
+        result = asyncio.run(scenario())
+    finally:
+        stop.set()
+    result.update(out.get(timeout=120))
+    claimers.join(60)
     lat = result["latencies"]
     result.update(
-        p50=statistics.median(lat), p99=_percentile(lat, 0.99), max=max(lat), count=len(lat)
+        p50=statistics.median(lat),
+        p99=_percentile(lat, 0.99),
+        max=max(lat),
+        count=len(lat),
+        cpu_ms_per_request=result["cpu_s"] * 1000 / max(1, len(lat)),
     )
     return result
 
@@ -303,17 +358,53 @@ def with_slow_sockets(port: int, token: str, run: Any) -> Any:
             thread.join(5)
 
 
+def _process_status(pid: int) -> dict[str, int]:
+    """``VmRSS`` (KiB) and ``Threads`` of process ``pid``, from /proc."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return {"rss_kib": int(fields["VmRSS"].split()[0]), "threads": int(fields["Threads"])}
+
+
+def waiting_footprint(base: str, token: str, pid: int, count: int) -> dict[str, Any]:
+    """The server's memory and threads with no claim waiting, then with ``count``."""
+    import httpx
+
+    async def scenario() -> dict[str, Any]:
+        limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=count + 10)
+        async with httpx.AsyncClient(
+            base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60,
+            limits=limits,
+        ) as http:  # fmt: skip
+            idle = _process_status(pid)
+            body = {"queues": [IDLE_QUEUE], "wait_ms": 20_000}
+            claims = [
+                asyncio.create_task(http.post("/worker/claim", json=body)) for _ in range(count)
+            ]
+            await asyncio.sleep(8.0)  # every claim sent, checked and waiting
+            loaded = _process_status(pid)
+            for claim in claims:
+                claim.cancel()
+            await asyncio.gather(*claims, return_exceptions=True)
+        return {"count": count, "idle": idle, "waiting": loaded}
+
+    return asyncio.run(scenario())
+
+
 def run_legs(env: dict[str, str], token: str, seconds: float) -> dict[str, Any]:
     """Run every leg; return their figures (see the module docstring)."""
     figures: dict[str, Any] = {}
     asgi_port = free_port()
-    # Under ASGI every request's thread is new: psycopg's pool, not persistent ones.
+    # Django's own handler runs each request in a new thread: psycopg's pool, not
+    # persistent connections (the gateway's entry keeps its pools' connections).
     uvicorn = start_uvicorn({**env, "DB_POOL": "1"}, asgi_port)
     try:
         base = f"http://127.0.0.1:{asgi_port}/sdk"
         enqueue_latencies(base, token, 20, 10)  # warm up
-        figures["asgi_alone"] = producers_with_claims(base, token, 0, seconds)
-        figures["asgi_200"] = producers_with_claims(base, token, 200, seconds)
+        pids = [uvicorn.pid]
+        figures["asgi_alone"] = producers_with_claims(base, token, 0, seconds, server_pids=pids)
+        figures["asgi_200"] = producers_with_claims(base, token, 200, seconds, server_pids=pids)
+        figures["footprint"] = waiting_footprint(base, token, uvicorn.pid, 1000)
         nginx_port = free_port()
         with tempfile.TemporaryDirectory(prefix="jq-nginx-") as directory:
             nginx = start_nginx(Path(directory), nginx_port, asgi_port)
@@ -330,14 +421,29 @@ def run_legs(env: dict[str, str], token: str, seconds: float) -> dict[str, Any]:
     finally:
         uvicorn.terminate()
         uvicorn.wait(timeout=30)
+    django_port = free_port()
+    uvicorn = start_uvicorn({**env, "DB_POOL": "1"}, django_port, app="site")
+    try:
+        base = f"http://127.0.0.1:{django_port}/sdk"
+        enqueue_latencies(base, token, 20, 10)
+        pids = [uvicorn.pid]
+        figures["django_alone"] = producers_with_claims(base, token, 0, seconds, server_pids=pids)
+        figures["django_200"] = producers_with_claims(base, token, 200, seconds, server_pids=pids)
+        figures["django_footprint"] = waiting_footprint(base, token, uvicorn.pid, 1000)
+    finally:
+        uvicorn.terminate()
+        uvicorn.wait(timeout=30)
     wsgi_port = free_port()
     gunicorn = start_gunicorn(env, wsgi_port)
     try:
         base = f"http://127.0.0.1:{wsgi_port}/sdk"
         enqueue_latencies(base, token, 20, 10)
-        figures["wsgi_alone"] = producers_with_claims(base, token, 0, seconds)
+        pids = with_children(gunicorn.pid)
+        figures["wsgi_alone"] = producers_with_claims(base, token, 0, seconds, server_pids=pids)
         # 2 processes, MAX_WAITING_CLAIMS 2 each: 4 claims wait, the rest are capped.
-        figures["wsgi_200"] = producers_with_claims(base, token, 200, seconds, server_waits=4)
+        figures["wsgi_200"] = producers_with_claims(
+            base, token, 200, seconds, server_waits=4, server_pids=pids
+        )
         figures["gunicorn_slow"] = with_slow_sockets(
             wsgi_port, token, lambda: enqueue_latencies(base, token, 1, 5)
         )
@@ -352,6 +458,8 @@ def report(figures: dict[str, Any]) -> None:
 
     def line(label: str, leg: dict[str, Any]) -> None:
         extra = f"  claims {leg['claims']}, capped {leg['capped']}" if leg.get("claims") else ""
+        if leg.get("cpu_s"):
+            extra = f"  server CPU {leg['cpu_ms_per_request']:.1f} ms/request" + extra
         if leg.get("error_texts"):
             extra += f"  claim errors {leg['error_texts']}"
         print(
@@ -360,14 +468,29 @@ def report(figures: dict[str, Any]) -> None:
         )
 
     print("producer POST /sdk/jobs, 4 producers:")
-    line("  ASGI (uvicorn), no claim waiting", figures["asgi_alone"])
-    line("  ASGI (uvicorn), 200 claims waiting", figures["asgi_200"])
+    line("  ASGI (uvicorn, gateway entry), no claim waiting", figures["asgi_alone"])
+    line("  ASGI (uvicorn, gateway entry), 200 waiting", figures["asgi_200"])
+    line("  ASGI (Django's handler), no claim waiting", figures["django_alone"])
+    line("  ASGI (Django's handler), 200 claims waiting", figures["django_200"])
     line("  WSGI (gunicorn gthread 2x4), no claim waiting", figures["wsgi_alone"])
     line("  WSGI, 200 claims, MAX_WAITING_CLAIMS 2", figures["wsgi_200"])
     print(
         f"ASGI p99 with 200 waiting / without: "
         f"{figures['asgi_200']['p99'] / figures['asgi_alone']['p99']:.2f}"
     )
+    print(
+        f"ASGI, Django's handler, p99 with 200 waiting / without: "
+        f"{figures['django_200']['p99'] / figures['django_alone']['p99']:.2f}"
+    )
+    for label, key in (("gateway entry", "footprint"), ("Django's handler", "django_footprint")):
+        foot = figures[key]
+        idle, loaded = foot["idle"], foot["waiting"]
+        per_claim = (loaded["rss_kib"] - idle["rss_kib"]) / foot["count"]
+        print(
+            f"uvicorn ({label}), {foot['count']} claims waiting: "
+            f"RSS {idle['rss_kib'] / 1024:.0f} -> {loaded['rss_kib'] / 1024:.0f} MiB "
+            f"({per_claim:.1f} KiB a claim), threads {idle['threads']} -> {loaded['threads']}"
+        )
     print(
         f"WSGI p99 with 200 waiting (capped) / without: "
         f"{figures['wsgi_200']['p99'] / figures['wsgi_alone']['p99']:.2f}"

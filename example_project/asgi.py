@@ -1,6 +1,8 @@
 """ASGI entry point of the example project: ``uvicorn example_project.asgi:application``.
 
-Served under ASGI, the gateway's waiting claims hold no thread (docs/deployment.md).
+The gateway's routes (``/sdk/``) go to its own handler, where a waiting claim holds
+no thread and producers' requests never queue behind claims; every other page to
+Django's (docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -11,4 +13,8 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 
-application = get_asgi_application()
+site = get_asgi_application()
+
+from django_jobqueue.gateway.asgi import gateway_application  # noqa: E402 (after setup)
+
+application = gateway_application(site, prefix="/sdk/")

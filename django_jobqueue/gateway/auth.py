@@ -6,15 +6,23 @@ scope, or not allowed the queue it names, 403. With
 ``JOBQUEUE["GATEWAY"]["RATE_PER_MINUTE"]`` set, a token's requests are counted per
 minute in Django's default cache (shared by every process when the cache is), and
 one over the rate answers 429 with ``Retry-After``.
+
+The check runs where the view runs: in the view's thread for a sync view; for an
+``async`` view (the claim) under ASGI, in the claim pool (:mod:`.pools`), so a
+burst of claims neither makes a thread per request nor takes a producer's thread
+or connection; under WSGI, in the request's thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.core.cache import cache
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
@@ -22,6 +30,7 @@ from ..core.conf import get_config
 from ..models import ApiToken
 from ..store import apitokens
 from ..store.audit import Actor
+from . import pools
 from .body import declared_length
 from .errors import GatewayError, unauthorized
 
@@ -29,9 +38,39 @@ __all__ = ["BearerToken", "actor_of", "origin_of", "require", "token_of"]
 
 
 class BearerToken(HttpBearer):
-    """django-ninja auth: ``Authorization: Bearer jqt_...`` to an :class:`ApiToken`."""
+    """django-ninja auth: ``Authorization: Bearer jqt_...`` to an :class:`ApiToken`.
+
+    Both sync and async: django-ninja calls it in the event loop for an ``async``
+    view (``is_async``) and awaits the coroutine it then returns; in a thread (a sync
+    view) it checks at once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # django-ninja: call it without ``sync_to_async`` for async views (its
+        # ``__init__`` sets False, as ``authenticate`` is a plain ``def``).
+        self.is_async = True
 
     def __call__(self, request: HttpRequest) -> Any:
+        """Return the token (a coroutine of it in an event loop's thread).
+
+        Raises
+        ------
+        GatewayError
+            ``body_too_large`` (413), ``unauthorized`` (401), ``rate_limited`` (429).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self.check(request)
+        return self._check_async(request)
+
+    def _check_async(self, request: HttpRequest) -> Coroutine[Any, Any, Any]:
+        if isinstance(request, ASGIRequest):
+            return pools.in_pool(pools.claim_pool, self.check, request)
+        return sync_to_async(self.check)(request)  # WSGI: the request's thread
+
+    def check(self, request: HttpRequest) -> Any:
         """Check the body's declared size first, then the token (401 when absent)."""
         limit = get_config().GATEWAY.MAX_BODY_BYTES
         if declared_length(request) > limit:

@@ -21,14 +21,12 @@ Python executor does and not handed out.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import math
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -49,7 +47,7 @@ from ..store import workerstats
 from ..store.progress import progress_value
 from ..store.registry import registered_job_types
 from ..worker.executor import expire_if_due
-from . import identity, waiting
+from . import identity, pools, waiting
 from .auth import require
 from .errors import GatewayError, from_jobqueue_error
 from .jobs import find_job
@@ -235,7 +233,9 @@ async def claim(request: HttpRequest, body: ClaimIn, response: HttpResponse) -> 
     using = jobs_database()
     asgi = isinstance(request, ASGIRequest)
     run = _in_claim_pool if asgi else _in_request_thread
-    if asgi:  # the token's lookup opened one; a waiting claim must not hold it
+    if asgi and not pools.served_by_gateway_entry.get():
+        # Django's handler: the site's middleware may have opened a connection in
+        # this request's thread; a waiting claim must not hold it.
         await sync_to_async(_release_connections)()
     owner = (OWNER_MARK + (body.worker or token.name))[:200]
     jobs = await run(_first_claim, using, token, owner, body)
@@ -292,14 +292,6 @@ def _due_to_be_seen(using: str, name: str) -> bool:
     return True
 
 
-#: Threads that run the claim route's queries under ASGI, each keeping its own
-#: connection open for its life (closed and made again only after an error leaves it
-#: unusable): however many claims wait, a process holds at most this many database
-#: connections for them, whatever ``CONN_MAX_AGE`` (0 under ASGI, docs/deployment.md).
-CLAIM_THREADS = 8
-_claim_pool = ThreadPoolExecutor(CLAIM_THREADS, thread_name_prefix="jq-claim")
-
-
 def _release_connections() -> None:
     """Close this thread's connections (back to the pool, with one) outside a transaction."""
     for conn in connections.all(initialized_only=True):
@@ -307,19 +299,9 @@ def _release_connections() -> None:
             conn.close()
 
 
-def _fresh(func: Callable[..., Any], *args: Any) -> Any:
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and conn.errors_occurred:
-            if conn.is_usable():
-                conn.errors_occurred = False
-            else:
-                conn.close()
-    return func(*args)
-
-
 async def _in_claim_pool(func: Callable[..., Any], *args: Any) -> Any:
-    """Run ``func(*args)`` in a thread of the claim pool (under ASGI)."""
-    return await asyncio.get_running_loop().run_in_executor(_claim_pool, _fresh, func, *args)
+    """Run ``func(*args)`` in a thread of the claim pool (under ASGI, :mod:`.pools`)."""
+    return await pools.in_pool(pools.claim_pool, func, *args)
 
 
 async def _in_request_thread(func: Callable[..., Any], *args: Any) -> Any:
