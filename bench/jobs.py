@@ -17,3 +17,8 @@ def noop(payload: Any, ctx: Any) -> None:
 def stamp(payload: Any, ctx: Any) -> float:
     """Return the time the handler started (``time.time()``), for pickup latency."""
     return time.time()
+
+
+@job("bench.anoop", max_retry=0)
+async def anoop(payload: Any, ctx: Any) -> None:
+    """Do nothing, ``async def``: runs on the foreman's event loop (bench/async_drain.py)."""

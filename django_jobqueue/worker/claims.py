@@ -77,6 +77,7 @@ class ForemanClaims:
     _stopping: threading.Event
     _running: dict[int, _Running]
     _running_lock: threading.Lock
+    _async_running: int
 
     shutdown_timeout_ms: int
     completer: Completer | None
@@ -386,7 +387,7 @@ class ForemanClaims:
         deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
         while not self._forced.is_set() and time.monotonic() < deadline:
             alive = [t for t in self._threads if t.is_alive()]
-            if not alive:
+            if not alive and not self._async_running:  # async jobs end on the loop
                 break
             self._wait(0.05)
         if self.completer is not None:

@@ -23,7 +23,9 @@ One foreman runs in the thread that calls :meth:`Foreman.run` and owns:
   session is down, idle slots poll at ``min_sleep_ms``), and a relay of the
   in-process :data:`~django_jobqueue.worker.wakeup.local_event`.
 
-The helper threads, the wake-ups and the outcome counting are in :mod:`.housekeeping`.
+The helper threads, the wake-ups and the outcome counting are in :mod:`.housekeeping`;
+``async def`` handlers run on the foreman's event loop (:mod:`.aio`): a runner hands
+such a job over and goes on to its next one.
 Paused queues (:mod:`django_jobqueue.store.pauses`) are left out by :func:`storage.claim`.
 
 Shutdown (docs/design.md#execution): :meth:`Foreman.stop` (the first SIGTERM/SIGINT) stops
@@ -59,6 +61,7 @@ from ..store.jobstats import process_stats
 from ..store.pauses import paused_queues
 from ..store.registry import registered_job_types
 from . import executor, wakeup
+from .aio import ForemanAsync
 from .claims import ForemanClaims
 from .completer import Completer
 from .connections import recycle_connections
@@ -79,7 +82,7 @@ __all__ = ["Foreman", "ForemanOptions"]
 logger = logging.getLogger(__name__)
 
 
-class Foreman(ForemanClaims, ForemanThreads):
+class Foreman(ForemanClaims, ForemanThreads, ForemanAsync):
     """Run worker threads that claim and run jobs until stopped (or drained).
 
     Parameters
@@ -117,6 +120,10 @@ class Foreman(ForemanClaims, ForemanThreads):
         )
         self.shutdown_timeout_ms = pick(options.shutdown_timeout_ms, config.SHUTDOWN_TIMEOUT_MS)
         self.burst = options.burst
+        #: Whether each success gets its "job finished" INFO line (README "Speed").
+        self.log_success = (
+            config.LOG_SUCCESS if options.log_success is None else options.log_success
+        )
         paths = config.MIDDLEWARE if options.middleware is None else options.middleware
         self.middleware: tuple[Middleware, ...] = load_middleware(paths)
         limits = {
@@ -163,8 +170,11 @@ class Foreman(ForemanClaims, ForemanThreads):
         self._claim_lock = threading.Lock()
         self._claim_seq = 0
         self._last_claim_short = False
+        #: Worker slots taken: by a runner from its claim to its job's end, and by
+        #: an async job until its handler returns (:mod:`.aio`).
         self._busy = 0
         self._busy_lock = threading.Lock()
+        self._init_async()
         #: Claims made and the largest one, by jobs (tests and benchmarks).
         self.claims = 0
         self.largest_claim = 0
@@ -315,6 +325,8 @@ class Foreman(ForemanClaims, ForemanThreads):
             thread.start()
         if self.completer is not None:
             self.completer.start()
+        if self.aio is not None:
+            self.aio.start()
         process_stats.hold_timer(self.using)  # the housekeeping thread writes the counts
         try:
             if self.burst:
@@ -328,6 +340,10 @@ class Foreman(ForemanClaims, ForemanThreads):
                 self._hand_back_held("handed back at worker shutdown")
             except Exception:
                 logger.warning("handing back held jobs failed", exc_info=True)
+            if self.aio is not None:
+                self.aio.stop()  # its last tasks were handed back by _drain
+                if self._loop_claimer is not None:
+                    self._loop_claimer.stop(timeout_s=5)
             if self.completer is not None:
                 self.completer.close()
             self._done.set()
@@ -349,7 +365,12 @@ class Foreman(ForemanClaims, ForemanThreads):
     def _dispatch(self) -> None:
         tick = self._dispatch_tick_s
         while not self._stopping.is_set():
-            if self.burst and self._idle_exit.is_set() and self.governor.workers == 0:
+            if (
+                self.burst
+                and self._idle_exit.is_set()
+                and self.governor.workers == 0
+                and not self._async_running
+            ):
                 # Every worker went idle: done unless something became due meanwhile
                 # (an expired lease, or a plan whose earlier pass failed and is due).
                 with self._making_due:  # no reap or pass of the housekeeping in flight
@@ -380,7 +401,7 @@ class Foreman(ForemanClaims, ForemanThreads):
         enqueue wakes twice (its event, its NOTIFY), and the second finds the first's
         runner awake with that very job.
         """
-        if self._idle_runners:
+        if self._idle_runners or not self._threads_wanted():
             return False
         asked = self._slot_asked
         return (
@@ -484,6 +505,7 @@ class Foreman(ForemanClaims, ForemanThreads):
                 slot.current = None
                 halt.set()
             self._unregister(running)
+            self._release_slot(running)  # the stuck runner's slot is its successor's
             status = executor.time_out(running.job, running.ctx, started=running.started)
             if status is not None:
                 self._outcome(running, status)
@@ -527,10 +549,19 @@ class Foreman(ForemanClaims, ForemanThreads):
         return found
 
     def _cycle(self, slot: _Slot, name: str) -> bool:
-        """In the runner thread: take or claim one job and run it; return whether one was found."""
-        recycle_connections()
+        """In the runner thread: take or claim one job and run it; return whether one was found.
+
+        The thread's connections are recycled once per job: by :func:`executor.execute`
+        after the handler, else (no handler ran) on the way out.
+        """
         worker = f"{self.name}:{name}"
-        running = self._next_job(worker)
+        if not self._take_slot():
+            return False
+        running: _Running | None = None
+        try:
+            running = self._next_job(worker)
+        finally:
+            self._use_slot(running)
         if running is None:
             return False
         job = running.job
@@ -548,9 +579,7 @@ class Foreman(ForemanClaims, ForemanThreads):
             self._dispatch_wake.set()  # demand: the dispatcher may spawn a slot
         now = time.monotonic()
         running.started, running.deadline = now, now + job.timeout_ms / 1000
-        pending = False
-        with self._busy_lock:
-            self._busy += 1
+        pending = executed = handed = counted = False
         try:
             if running.ctx.lease_lost:  # lost while it waited for a slot: not ours to run
                 logger.warning("lease lost before the job started jid=%s", job.jid)
@@ -562,16 +591,27 @@ class Foreman(ForemanClaims, ForemanThreads):
                 return True
             if not self._start(running):
                 return True
+            if self.aio is not None:
+                if self._is_async(job.job_type):
+                    # On the loop, its slot kept until its handler returns; this
+                    # runner goes on to its next job.
+                    handed = self._hand_to_loop(running)
+                    return True
+                with self._busy_lock:
+                    self._sync_running += 1
+                counted = True
             now = time.monotonic()  # the run time and the deadline count from the start
             running.started, running.deadline = now, now + job.timeout_ms / 1000
             with slot.lock:
                 slot.current = running
+            executed = True
             status = executor.execute(
                 job,
                 running.ctx,
                 middleware=self.middleware,
                 completer=self.completer,
                 on_stored=lambda status: self._stored(running, status),
+                log_success=self.log_success,
             )
             # A running average over about the last 20 jobs (a race between
             # runners may lose an update: it only steers the prefetch).
@@ -584,14 +624,18 @@ class Foreman(ForemanClaims, ForemanThreads):
                 self._outcome(running, status)
             return True
         finally:
-            with self._busy_lock:
-                self._busy -= 1
+            if counted:
+                with self._busy_lock:
+                    self._sync_running -= 1
+            if not handed:
+                self._release_slot(running)
             with slot.lock:
                 if slot.current is running:
                     slot.current = None
-            if not pending:
+            if not (pending or handed):
                 self._unregister(running)
-            recycle_connections()
+            if not executed:
+                recycle_connections()
 
     def _stored(self, running: _Running, status: str | None) -> None:
         """In the completer's thread: a batched success was written (or its lease lost)."""
