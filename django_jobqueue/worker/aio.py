@@ -36,6 +36,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -212,6 +213,9 @@ class ForemanAsync:
         #: The thread of the loop's claims ahead, and whether one is under way.
         self._loop_claimer: executor.Runner | None = None
         self._loop_claiming = False
+        #: The share of async jobs among the recent ones (a moving average over
+        #: about the last 20): how many runner threads the sync ones need.
+        self.async_share = 0.0
         if not async_capable(self.middleware):
             return
         if any(is_async_handler(desc.handler) for desc in registered_job_types().values()):
@@ -263,10 +267,20 @@ class ForemanAsync:
                 self._slot_free.notify()
 
     def _threads_wanted(self) -> bool:
-        """Whether another runner thread may help: not while async jobs run and a
-        runner is not inside a sync job (it hands jobs to the loop faster than a
-        new thread would)."""
+        """Whether another runner thread may help: only as many as the recent sync
+        jobs fill (their share of the slots) and one more, and while async jobs run,
+        only when every runner is inside a sync job. An async job needs no thread:
+        more runners would only contend for the claim lock."""
+        if self.aio is None:
+            return True
+        need = 1 + math.ceil(self.concurrency * (1.0 - self.async_share))
+        if self.governor.workers >= need:
+            return False
         return not self._async_running or self._sync_running >= self.governor.workers
+
+    def _note_kind(self, *, is_async: bool) -> None:
+        """Count one job taken into :attr:`async_share` (races lose an update only)."""
+        self.async_share += ((1.0 if is_async else 0.0) - self.async_share) / 20
 
     def _hand_to_loop(self, running: _Running) -> bool:
         """In a runner, its slot reserved and the job started: begin the attempt and
@@ -393,6 +407,7 @@ class ForemanAsync:
             self._put_back(running)
             return None
         job = running.job
+        self._note_kind(is_async=True)
         if job.started_at is None:
             running.start_unrecorded = True  # stored by the next heartbeat or the outcome
             job.started_at = job.heartbeat_at

@@ -156,6 +156,11 @@ class Foreman(ForemanClaims, ForemanThreads, ForemanAsync):
         #: types are short (:meth:`is_short`).
         self.type_run_ms: dict[str, float] = {}
         self._type_runs: dict[str, tuple[float, ...]] = {}
+        #: How fast (jobs per ms, a moving average) runners and the loop took held
+        #: jobs from the inbox while it had some: bounds the prefetch by the hold time.
+        self.take_rate = 0.0
+        #: (when, how many) the last claim left in the inbox, for :attr:`take_rate`.
+        self._take_mark: tuple[float, int] | None = None
         #: Gateway job types (``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``): they have no
         #: Python handler, so this foreman never claims them; gateway workers do.
         self.external_types = frozenset(get_config().GATEWAY.JOB_TYPES)
@@ -592,7 +597,9 @@ class Foreman(ForemanClaims, ForemanThreads, ForemanAsync):
             if not self._start(running):
                 return True
             if self.aio is not None:
-                if self._is_async(job.job_type):
+                is_async = self._is_async(job.job_type)
+                self._note_kind(is_async=is_async)
+                if is_async:
                     # On the loop, its slot kept until its handler returns; this
                     # runner goes on to its next job.
                     handed = self._hand_to_loop(running)
