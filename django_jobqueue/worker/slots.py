@@ -31,7 +31,9 @@ from .options import _Running, _Slot
 
 __all__ = ["ForemanSlots"]
 
-logger = logging.getLogger(__name__)
+#: The foreman's logger: the slots are part of it, and a project's LOGGING (and
+#: runworkers -v 2's "job claimed" lines) name it.
+logger = logging.getLogger("django_jobqueue.worker.foreman")
 
 
 class ForemanSlots:
