@@ -34,8 +34,9 @@ from typing import Any
 from common import ROOT, clear_jobs, env_for, runworkers, setup
 
 
-def fill(jobs: int) -> None:
-    """Enqueue ``jobs`` no-op jobs in one transaction (``enqueue_many`` where it exists)."""
+def fill(jobs: int, job_type: str = "bench.noop") -> None:
+    """Enqueue ``jobs`` jobs of ``job_type`` (a no-op) in one transaction
+    (``enqueue_many`` where it exists)."""
     from django.db import transaction
 
     import django_jobqueue
@@ -46,10 +47,10 @@ def fill(jobs: int) -> None:
     with transaction.atomic():
         if many is not None and "enqueue_many" in getattr(django_jobqueue, "__all__", ()):
             for start in range(0, jobs, 1000):
-                many([{"job_type": "bench.noop"}] * min(1000, jobs - start))
+                many([{"job_type": job_type}] * min(1000, jobs - start))
         else:
             for _ in range(jobs):
-                enqueue_job(None, "bench.noop")
+                enqueue_job(None, job_type)
 
 
 def done_count() -> int:
@@ -73,13 +74,21 @@ def steady_rate(jobs: int) -> float:
     return jobs / max((span["last"] - span["first"]).total_seconds(), 1e-6)
 
 
-def drain_once(db: str, jobs: int, processes: int, concurrency: int) -> tuple[float, float]:
-    """Fill, drain with runworkers, check; return (jobs/s from its start to its exit,
-    steady jobs/s from the first job's start to the last one's end)."""
-    fill(jobs)
+def drain_once(
+    db: str,
+    jobs: int,
+    processes: int,
+    concurrency: int,
+    extra: tuple[str, ...] = (),
+    job_type: str = "bench.noop",
+) -> tuple[float, float]:
+    """Fill, drain with runworkers (``extra``: more of its options), check; return
+    (jobs/s from its start to its exit, steady jobs/s from the first job's start to
+    the last one's end)."""
+    fill(jobs, job_type)
     started = time.monotonic()
     proc = runworkers(
-        db, "--burst", "--processes", str(processes), "--concurrency", str(concurrency)
+        db, "--burst", "--processes", str(processes), "--concurrency", str(concurrency), *extra
     )
     elapsed = time.monotonic() - started
     if proc.returncode != 0:
@@ -121,7 +130,13 @@ def server_transactions() -> int | None:
 
 
 def profile_drain(
-    db: str, jobs: int, processes: int, concurrency: int, out: Path
+    db: str,
+    jobs: int,
+    processes: int,
+    concurrency: int,
+    out: Path,
+    extra: tuple[str, ...] = (),
+    job_type: str = "bench.noop",
 ) -> dict[str, Any]:
     """Drain ``jobs`` with ``py-spy record`` attached (raw collapsed stacks to ``out``).
 
@@ -134,12 +149,12 @@ def profile_drain(
     """
     from django.db import connection
 
-    fill(jobs)
+    fill(jobs, job_type)
     pyspy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     log = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads would block its logging
     worker = subprocess.Popen(  # noqa: S603
         [sys.executable, "-m", "django", "runworkers", "--burst"]
-        + ["--processes", str(processes), "--concurrency", str(concurrency)],
+        + ["--processes", str(processes), "--concurrency", str(concurrency), *extra],
         cwd=ROOT,
         env=env_for(db),
         stdout=log,
@@ -232,13 +247,24 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--statements", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy the first layout into this file")
+    parser.add_argument(
+        "--worker-arg",
+        action="append",
+        default=[],
+        help="one more runworkers option, e.g. --worker-arg=--no-log-success",
+    )
+    parser.add_argument(
+        "--job-type", default="bench.noop", help="bench.noop, or bench.anoop (async def)"
+    )
     args = parser.parse_args()
+    extra = tuple(args.worker_arg)
     setup(args.db)
     report: dict[str, Any] = {"db": args.db, "jobs": args.jobs, "layouts": {}}
     for layout in args.layout or ["1x4", "4x1"]:
         processes, concurrency = (int(n) for n in layout.split("x"))
         rounds = [
-            drain_once(args.db, args.jobs, processes, concurrency) for _ in range(args.repeat)
+            drain_once(args.db, args.jobs, processes, concurrency, extra, args.job_type)
+            for _ in range(args.repeat)
         ]
         rates, steady = [r for r, _ in rounds], [r for _, r in rounds]
         report["layouts"][layout] = {
@@ -256,7 +282,9 @@ def main() -> None:
         print("statements per job:", report["statements_per_job"])
     if args.profile:
         processes, concurrency = (int(n) for n in (args.layout or ["1x4"])[0].split("x"))
-        report["profile"] = profile_drain(args.db, args.jobs, processes, concurrency, args.profile)
+        report["profile"] = profile_drain(
+            args.db, args.jobs, processes, concurrency, args.profile, extra, args.job_type
+        )
         print("profile:", report["profile"])
     print(json.dumps(report))
 

@@ -23,3 +23,8 @@ def stamp(payload: Any, ctx: Any) -> float:
 def batch_done(payload: Any, ctx: Any) -> dict[str, Any]:
     """A batch's ``on_finish`` callback (bench/workflows.py): return the counts it got."""
     return dict(payload["counts"])
+
+
+@job("bench.anoop", max_retry=0)
+async def anoop(payload: Any, ctx: Any) -> None:
+    """Do nothing, ``async def``: runs on the foreman's event loop (bench/async_drain.py)."""

@@ -63,6 +63,8 @@ class ForemanClaims:
     _type_runs: dict[str, tuple[float, ...]]
     claims: int
     largest_claim: int
+    take_rate: float
+    _take_mark: tuple[float, int] | None
     _adaptive_prefetch: bool
     _busy: int
     _inbox: collections.deque[_Running]
@@ -77,6 +79,7 @@ class ForemanClaims:
     _stopping: threading.Event
     _running: dict[int, _Running]
     _running_lock: threading.Lock
+    _async_running: int
 
     shutdown_timeout_ms: int
     completer: Completer | None
@@ -157,6 +160,11 @@ class ForemanClaims:
         if not self._adaptive_prefetch:
             return self.prefetch
         fits = self.prefetch_ms * self.concurrency / max(self.recent_run_ms, 0.01)
+        if self.take_rate > 0:
+            # No more than this foreman took from its inbox in half the hold time,
+            # at its recent pace: a held job then starts well within the hold time,
+            # not handed back (a write, and a claim again) after it.
+            fits = min(fits, self.take_rate * self.hold_ms / 2)
         return min(MAX_EXTRA_PER_SLOT * self.concurrency, int(fits))
 
     def _take_held(self) -> _Running | None:
@@ -165,11 +173,25 @@ class ForemanClaims:
                 running = self._inbox.popleft()  # atomic: no lock needed
             except IndexError:
                 return None
+            if not self._inbox:
+                self._note_take_rate()
             with self._held_lock:  # the hold loop may be withdrawing it
                 if running.withdrawn:
                     continue
                 running.taken = True
             return running
+
+    def _note_take_rate(self) -> None:
+        """The inbox ran empty: note how fast the last claim's jobs were taken from it
+        (:attr:`take_rate`, a moving average in jobs per ms), from its landing to now."""
+        mark, self._take_mark = self._take_mark, None
+        if mark is None:
+            return
+        landed, count = mark
+        elapsed_ms = (time.monotonic() - landed) * 1000
+        if count >= 2 and elapsed_ms > 0:
+            rate = count / elapsed_ms
+            self.take_rate = rate if not self.take_rate else self.take_rate * 0.8 + rate * 0.2
 
     def _start(self, running: _Running) -> bool:
         """Record that ``running``'s job starts now; False: its lease was lost, not ours.
@@ -365,6 +387,7 @@ class ForemanClaims:
         first = claimed.pop(0) if keep_first else None
         if first is not None:
             first.taken = True
+        self._take_mark = (time.monotonic(), len(claimed) + len(self._inbox))
         self._inbox.extend(claimed)
         late = [running for running in claimed if running.hold_until]
         if late:
@@ -386,7 +409,7 @@ class ForemanClaims:
         deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
         while not self._forced.is_set() and time.monotonic() < deadline:
             alive = [t for t in self._threads if t.is_alive()]
-            if not alive:
+            if not alive and not self._async_running:  # async jobs end on the loop
                 break
             self._wait(0.05)
         if self.completer is not None:

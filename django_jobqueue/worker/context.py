@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
+
 from .. import storage
-from ..enqueue import EnqueueResult, enqueue_job
+from ..enqueue import EnqueueResult, aenqueue_job, enqueue_job
 from ..flows.batches import BatchHandle
 from ..flows.results import Upstream, upstream_results
 from ..store.progress import ProgressSlot, progress_value
@@ -48,10 +50,11 @@ class JobContext:
         self.queue: str = job.queue
         self.job_type: str = job.job_type
         self.worker = worker
-        self.logger = logging.getLogger(f"django_jobqueue.job.{job.job_type}")
         self._lease_ms = lease_ms
-        self._cancelled = threading.Event()
-        self._lease_lost = threading.Event()
+        # Plain flags, not Events: set by the heartbeat thread, read by the handler;
+        # nothing waits on them, and two Events per job were a no-op job's cost.
+        self._cancelled = False
+        self._lease_lost = False
         #: Set with the lease flag when the job ran past its timeout (stored as such).
         self.timed_out = False
         #: Set by the worker once it began storing this attempt's outcome: a
@@ -63,6 +66,18 @@ class JobContext:
         #: This attempt's place in the job's recorded steps (:meth:`step`).
         self.step_log = StepLog(job.steps)
         self._upstream: Upstream | None = None
+        #: Of an async job on the foreman's loop: cancels its task (a cancel request,
+        #: a lost lease); None otherwise.
+        self.on_cancel: Callable[[], None] | None = None
+
+    @property
+    def logger(self) -> logging.Logger:
+        """A logger for the handler: ``django_jobqueue.job.<job type>``.
+
+        Looked up when asked for: ``logging.getLogger`` takes the logging module's
+        lock, and one look-up per job was a tenth of a no-op drain's GIL time.
+        """
+        return logging.getLogger(f"django_jobqueue.job.{self.job_type}")
 
     def __repr__(self) -> str:
         return f"<JobContext {self.job_type} jid={self.jid} attempt={self.attempt}>"
@@ -75,21 +90,26 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """Whether a cancel of this job was requested; a handler should stop soon."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     @property
     def lease_lost(self) -> bool:
         """Whether this worker lost the job's lease: its outcome will not be stored."""
-        return self._lease_lost.is_set()
+        return self._lease_lost
 
     def mark_cancelled(self) -> None:
-        """Flag a cancel request (called by the heartbeat)."""
-        self._cancelled.set()
+        """Flag a cancel request (called by the heartbeat); an async handler's task
+        is cancelled too."""
+        self._cancelled = True
+        if self.on_cancel is not None:
+            self.on_cancel()
 
     def mark_lease_lost(self, *, timed_out: bool = False) -> None:
         """Flag a lost lease (called by the heartbeat), or a timeout already stored."""
         self.timed_out = self.timed_out or timed_out
-        self._lease_lost.set()
+        self._lease_lost = True
+        if self.on_cancel is not None:
+            self.on_cancel()
 
     def progress(self, done: int, total: int, message: str | None = None) -> None:
         """Report how far the job got: ``done`` of ``total`` units, and a short message.
@@ -191,6 +211,16 @@ class JobContext:
         if self._upstream is None:
             self._upstream = upstream_results(self.job)
         return self._upstream
+
+    async def aheartbeat(self) -> bool:
+        """:meth:`heartbeat` for ``async def`` handlers (its write in a sync thread)."""
+        return await sync_to_async(self.heartbeat)()
+
+    async def aenqueue_job(
+        self, queue: str | None, job_type: str, payload: Any = None, **options: Any
+    ) -> EnqueueResult:
+        """:meth:`enqueue_job` for ``async def`` handlers."""
+        return await aenqueue_job(queue, job_type, payload, **options)
 
     def enqueue_job(
         self, queue: str | None, job_type: str, payload: Any = None, **options: Any

@@ -17,14 +17,18 @@ cancel requested, handler stopped           ``cancelled``
 A handler runs in a *runner* thread of its worker slot, so the worker can give up
 on it at its timeout. Python cannot kill a thread: a handler stuck past its
 timeout keeps its runner thread until it returns, but its slot gets a new runner
-and its late outcome is never stored (the lease is gone). Coroutine handlers run
-in their own event loop (``asyncio.run``) in the runner thread.
+and its late outcome is never stored (the lease is gone). ``async def`` handlers
+run on the foreman's event loop (:mod:`.aio`), which uses :func:`begin`,
+:func:`store_outcome` and :func:`time_out` from here; with middleware that cannot
+wrap them, and for sync functions that return an awaitable, they run in the runner
+thread through ``async_to_sync``.
 
 A ``secure`` job's payload and result never reach a log line.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import queue as queue_mod
@@ -42,13 +46,22 @@ from ..core.exceptions import NonRetryableError, PayloadTooLarge, UnknownJobType
 from ..core.signals import job_finished, job_started
 from ..core.validation import check_json
 from ..models import Job, JobStatus
-from ..store.registry import get_job_description
+from ..store.registry import JobDescription, get_job_description
 from .completer import Completer
 from .connections import check_before_handler, handler_statements, recycle_connections
 from .context import JobContext
 from .middleware import Handler, Middleware, apply_middleware
 
-__all__ = ["PENDING", "Runner", "execute", "expire_if_due", "time_out"]
+__all__ = [
+    "PENDING",
+    "Runner",
+    "begin",
+    "execute",
+    "expire_if_due",
+    "result_problem",
+    "store_outcome",
+    "time_out",
+]
 
 #: What :func:`execute` returns when a success was handed to a completer.
 PENDING = "pending"
@@ -138,6 +151,13 @@ def _sync_handler(func: Callable[..., Any]) -> Handler:
     return run
 
 
+@functools.lru_cache(maxsize=1024)
+def _wrapped_handler(func: Callable[..., Any], middleware: tuple[Middleware, ...]) -> Handler:
+    """``func`` as a sync handler wrapped in ``middleware``, built once per pair
+    (per job type and middleware list), not per job."""
+    return apply_middleware(_sync_handler(func), middleware)
+
+
 def _log_start(job: Job) -> None:
     # DEBUG: "job finished" (INFO) says the same with the outcome and the duration;
     # two INFO lines per job cost a fifth of a no-op drain's CPU.
@@ -150,7 +170,9 @@ def _log_start(job: Job) -> None:
     )
 
 
-def _log_end(job: Job, status: str | None, started: float) -> None:
+def _log_end(job: Job, status: str | None, started: float, log_success: bool = True) -> None:
+    if status == JobStatus.DONE and not log_success:
+        return  # JOBQUEUE["LOG_SUCCESS"] False or runworkers --no-log-success
     logger.info(
         "job finished jid=%s type=%s attempt=%s status=%s duration_ms=%d",
         job.jid,
@@ -190,11 +212,14 @@ def expire_if_due(job: Job) -> str | None | bool:
 
 
 def _after_store(
-    job: Job, started: float, on_stored: Callable[[str | None], None] | None
+    job: Job,
+    started: float,
+    on_stored: Callable[[str | None], None] | None,
+    log_success: bool = True,
 ) -> Callable[[bool], None]:
     def stored(ok: bool) -> None:
         status = JobStatus.DONE if ok else None
-        _log_end(job, status, started)
+        _log_end(job, status, started, log_success)
         _finished(job, status)
         if on_stored is not None:
             on_stored(status)
@@ -209,6 +234,7 @@ def execute(
     middleware: Sequence[Middleware] = (),
     completer: Completer | None = None,
     on_stored: Callable[[str | None], None] | None = None,
+    log_success: bool | None = None,
 ) -> str | None:
     """Run ``job``'s handler in this thread and store its outcome.
 
@@ -224,6 +250,9 @@ def execute(
         Where a success is stored, batched (:class:`Completer`); None: stored here.
         Its finished log line and ``job_finished`` signal then follow the batched
         write, from the completer's thread, and ``on_stored(status)`` is called.
+    log_success:
+        Whether a success gets its "job finished" INFO line; None:
+        ``JOBQUEUE["LOG_SUCCESS"]``.
 
     Returns
     -------
@@ -234,27 +263,12 @@ def execute(
 
     Implements: docs/design.md#execution.
     """
-    started = time.monotonic()
-    _log_start(job)
-    job_started.send(sender=job.job_type, job=job)
-    status: str | None
-    ctx.storing = True  # an expiry or an unknown job type is stored before any handler
-    expired = expire_if_due(job)
-    if expired is not False:
-        status = expired  # type: ignore[assignment]
-        _log_end(job, status, started)
-        _finished(job, status)
+    if log_success is None:
+        log_success = get_config().LOG_SUCCESS
+    started, desc, status = begin(job, ctx, log_success)
+    if desc is None:
         return status
-    try:
-        desc = get_job_description(job.job_type)
-    except UnknownJobType as exc:
-        status = storage.fail(job, exc, retryable=False, run_ms=_ms_since(started))
-        logger.error("unknown job type jid=%s type=%s", job.jid, job.job_type)
-        _log_end(job, status, started)
-        _finished(job, status)
-        return status
-    ctx.storing = False
-    handler = apply_middleware(_sync_handler(desc.handler), middleware)
+    handler = _wrapped_handler(desc.handler, tuple(middleware))
     error: BaseException | None = None
     result: Any = None
     check_before_handler()  # its first query meets no connection that died idle
@@ -266,6 +280,92 @@ def execute(
         error = exc
     finally:
         recycle_connections()
+    return store_outcome(
+        job,
+        ctx,
+        started=started,
+        error=error,
+        result=result,
+        completer=completer,
+        on_stored=on_stored,
+        log_success=log_success,
+    )
+
+
+def begin(
+    job: Job, ctx: JobContext, log_success: bool = True
+) -> tuple[float, JobDescription | None, str | None]:
+    """Start an attempt of ``job``: its start line and ``job_started`` signal, then
+    the checks made before any handler runs.
+
+    Returns
+    -------
+    tuple[float, JobDescription | None, str | None]
+        ``(started, description, status)``: ``started`` is ``time.monotonic()`` at
+        the start; ``description`` is the job type's, whose handler is to run, or
+        None when the attempt ended here (expired before it started, or a job type
+        this process does not know), its outcome stored: then ``status`` is the
+        stored status (None: the lease was lost).
+    """
+    started = time.monotonic()
+    _log_start(job)
+    job_started.send(sender=job.job_type, job=job)
+    status: str | None
+    ctx.storing = True  # an expiry or an unknown job type is stored before any handler
+    expired = expire_if_due(job)
+    if expired is not False:
+        status = expired  # type: ignore[assignment]
+        _log_end(job, status, started, log_success)
+        _finished(job, status)
+        return started, None, status
+    try:
+        desc = get_job_description(job.job_type)
+    except UnknownJobType as exc:
+        status = storage.fail(job, exc, retryable=False, run_ms=_ms_since(started))
+        logger.error("unknown job type jid=%s type=%s", job.jid, job.job_type)
+        _log_end(job, status, started, log_success)
+        _finished(job, status)
+        return started, None, status
+    ctx.storing = False
+    return started, desc, None
+
+
+def result_problem(result: Any) -> Exception | None:
+    """Return why ``result`` cannot be stored (not JSON, or over ``MAX_RESULT_BYTES``:
+    the error to store), or None when it can. Reads no database."""
+    if result is None:  # JSON null: no encoding to check it
+        return None
+    try:
+        check_json(
+            result,
+            "The handler's result",
+            max_bytes=get_config().MAX_RESULT_BYTES,
+            setting="MAX_RESULT_BYTES",
+        )
+    except (TypeError, ValueError) as exc:  # PayloadTooLarge is a ValueError too
+        return exc
+    return None
+
+
+def store_outcome(
+    job: Job,
+    ctx: JobContext,
+    *,
+    started: float,
+    error: BaseException | None,
+    result: Any,
+    completer: Completer | None = None,
+    on_stored: Callable[[str | None], None] | None = None,
+    log_success: bool = True,
+) -> str | None:
+    """Store what the handler of ``job`` did: raised ``error`` (None: it returned
+    ``result``), was cancelled, or ran with its lease lost (nothing is stored).
+
+    ``started`` is the attempt's ``time.monotonic()`` start; ``completer``,
+    ``on_stored`` and ``log_success`` as :func:`execute` takes them. Returns what
+    :func:`execute` returns. A success handed to ``completer`` reads no database
+    here (:func:`result_problem` passed): the async path calls it on its event loop.
+    """
     if ctx.lease_lost:
         # Timed out, handed back or reaped meanwhile: the outcome is not ours to store.
         # A timeout was stored and logged (time_out); its late return is no news.
@@ -279,6 +379,8 @@ def execute(
         return None
     run_ms = _ms_since(started)
     ctx.storing = True  # from here a heartbeat may cross the outcome's write
+    status: str | None
+    problem = None if error is not None or ctx.cancelled else result_problem(result)
     if ctx.cancelled:
         status = JobStatus.CANCELLED if storage.finish_cancelled(job) else None
     elif error is not None:
@@ -292,31 +394,25 @@ def execute(
             status,
             exc_info=None if job.secure else error,
         )
+    elif isinstance(problem, PayloadTooLarge):  # JSON, but over MAX_RESULT_BYTES
+        status = storage.fail(job, problem, message=str(problem), retryable=False, run_ms=run_ms)
+    elif problem is not None:  # the result is not JSON
+        status = storage.fail(
+            job,
+            problem,
+            message=f"the handler's result is not JSON ({type(problem).__name__}); "
+            "return dicts, lists, strings, numbers, booleans or None",
+            retryable=False,
+            run_ms=run_ms,
+        )
+    elif completer is not None:
+        completer.submit(
+            job, result, _after_store(job, started, on_stored, log_success), run_ms=run_ms
+        )
+        return PENDING
     else:
-        try:
-            check_json(
-                result,
-                "The handler's result",
-                max_bytes=get_config().MAX_RESULT_BYTES,
-                setting="MAX_RESULT_BYTES",
-            )
-        except PayloadTooLarge as exc:  # JSON, but over MAX_RESULT_BYTES
-            status = storage.fail(job, exc, message=str(exc), retryable=False, run_ms=run_ms)
-        except (TypeError, ValueError) as exc:  # the result is not JSON
-            status = storage.fail(
-                job,
-                exc,
-                message=f"the handler's result is not JSON ({type(exc).__name__}); "
-                "return dicts, lists, strings, numbers, booleans or None",
-                retryable=False,
-                run_ms=run_ms,
-            )
-        else:
-            if completer is not None:
-                completer.submit(job, result, _after_store(job, started, on_stored), run_ms=run_ms)
-                return PENDING
-            status = JobStatus.DONE if storage.complete(job, result, run_ms=run_ms) else None
-    _log_end(job, status, started)
+        status = JobStatus.DONE if storage.complete(job, result, run_ms=run_ms) else None
+    _log_end(job, status, started, log_success)
     _finished(job, status)
     return status
 

@@ -23,7 +23,10 @@ One foreman runs in the thread that calls :meth:`Foreman.run` and owns:
   session is down, idle slots poll at ``min_sleep_ms``), and a relay of the
   in-process :data:`~django_jobqueue.worker.wakeup.local_event`.
 
-The helper threads, the wake-ups and the outcome counting are in :mod:`.housekeeping`.
+The slots' threads are in :mod:`.slots`, the claims in :mod:`.claims`, the helper
+threads, the wake-ups and the outcome counting in :mod:`.housekeeping`;
+``async def`` handlers run on the foreman's event loop (:mod:`.aio`): a runner hands
+such a job over and goes on to its next one.
 Paused queues (:mod:`django_jobqueue.store.pauses`) are left out by :func:`storage.claim`.
 
 Shutdown (docs/design.md#execution): :meth:`Foreman.stop` (the first SIGTERM/SIGINT) stops
@@ -38,7 +41,6 @@ Burst mode drains what is due now and returns when nothing is due and nothing ru
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import os
 import signal
@@ -48,9 +50,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, connections
+from django.db import connections
 
-from .. import storage, storage_limits
 from ..core.conf import get_config
 from ..core.reconnect import retry_on_disconnect
 from ..core.stopsignals import SignalRelay
@@ -58,10 +59,10 @@ from ..models import Job
 from ..store.jobstats import process_stats
 from ..store.pauses import paused_queues
 from ..store.registry import registered_job_types
-from . import executor, wakeup
+from . import wakeup
+from .aio import ForemanAsync
 from .claims import ForemanClaims
 from .completer import Completer
-from .connections import recycle_connections
 from .governor import Governor
 from .housekeeping import ForemanThreads
 from .middleware import Middleware, load_middleware
@@ -71,15 +72,15 @@ from .options import (
     SHORT_JOB_MS,
     ForemanOptions,
     _Running,
-    _Slot,
 )
+from .slots import ForemanSlots
 
 __all__ = ["Foreman", "ForemanOptions"]
 
 logger = logging.getLogger(__name__)
 
 
-class Foreman(ForemanClaims, ForemanThreads):
+class Foreman(ForemanSlots, ForemanClaims, ForemanThreads, ForemanAsync):
     """Run worker threads that claim and run jobs until stopped (or drained).
 
     Parameters
@@ -117,6 +118,10 @@ class Foreman(ForemanClaims, ForemanThreads):
         )
         self.shutdown_timeout_ms = pick(options.shutdown_timeout_ms, config.SHUTDOWN_TIMEOUT_MS)
         self.burst = options.burst
+        #: Whether each success gets its "job finished" INFO line (README "Speed").
+        self.log_success = (
+            config.LOG_SUCCESS if options.log_success is None else options.log_success
+        )
         paths = config.MIDDLEWARE if options.middleware is None else options.middleware
         self.middleware: tuple[Middleware, ...] = load_middleware(paths)
         limits = {
@@ -149,6 +154,11 @@ class Foreman(ForemanClaims, ForemanThreads):
         #: types are short (:meth:`is_short`).
         self.type_run_ms: dict[str, float] = {}
         self._type_runs: dict[str, tuple[float, ...]] = {}
+        #: How fast (jobs per ms, a moving average) runners and the loop took held
+        #: jobs from the inbox while it had some: bounds the prefetch by the hold time.
+        self.take_rate = 0.0
+        #: (when, how many) the last claim left in the inbox, for :attr:`take_rate`.
+        self._take_mark: tuple[float, int] | None = None
         #: Gateway job types (``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``): they have no
         #: Python handler, so this foreman never claims them; gateway workers do.
         self.external_types = frozenset(get_config().GATEWAY.JOB_TYPES)
@@ -163,8 +173,11 @@ class Foreman(ForemanClaims, ForemanThreads):
         self._claim_lock = threading.Lock()
         self._claim_seq = 0
         self._last_claim_short = False
+        #: Worker slots taken: by a runner from its claim to its job's end, and by
+        #: an async job until its handler returns (:mod:`.aio`).
         self._busy = 0
         self._busy_lock = threading.Lock()
+        self._init_async()
         #: Claims made and the largest one, by jobs (tests and benchmarks).
         self.claims = 0
         self.largest_claim = 0
@@ -315,6 +328,8 @@ class Foreman(ForemanClaims, ForemanThreads):
             thread.start()
         if self.completer is not None:
             self.completer.start()
+        if self.aio is not None:
+            self.aio.start()
         process_stats.hold_timer(self.using)  # the housekeeping thread writes the counts
         try:
             if self.burst:
@@ -328,6 +343,10 @@ class Foreman(ForemanClaims, ForemanThreads):
                 self._hand_back_held("handed back at worker shutdown")
             except Exception:
                 logger.warning("handing back held jobs failed", exc_info=True)
+            if self.aio is not None:
+                self.aio.stop()  # its last tasks were handed back by _drain
+                if self._loop_claimer is not None:
+                    self._loop_claimer.stop(timeout_s=5)
             if self.completer is not None:
                 self.completer.close()
             self._done.set()
@@ -349,7 +368,12 @@ class Foreman(ForemanClaims, ForemanThreads):
     def _dispatch(self) -> None:
         tick = self._dispatch_tick_s
         while not self._stopping.is_set():
-            if self.burst and self._idle_exit.is_set() and self.governor.workers == 0:
+            if (
+                self.burst
+                and self._idle_exit.is_set()
+                and self.governor.workers == 0
+                and not self._async_running
+            ):
                 # Every worker went idle: done unless something became due meanwhile
                 # (an expired lease, or a plan whose earlier pass failed and is due).
                 with self._making_due:  # no reap or pass of the housekeeping in flight
@@ -384,7 +408,7 @@ class Foreman(ForemanClaims, ForemanThreads):
         enqueue wakes twice (its event, its NOTIFY), and the second finds the first's
         runner awake with that very job.
         """
-        if self._idle_runners:
+        if self._idle_runners or not self._threads_wanted():
             return False
         asked = self._slot_asked
         return (
@@ -408,211 +432,6 @@ class Foreman(ForemanClaims, ForemanThreads):
         if self.external_types:  # the gateway's workers run these
             due = due.exclude(job_type__in=sorted(self.external_types))
         return due.exists()
-
-    # Worker slots --------------------------------------------------------------
-
-    def _start_slot(self) -> None:
-        self._slot_seq += 1
-        name = f"jq-worker-{self._slot_seq}"
-        thread = threading.Thread(target=self._slot_loop, args=(name,), name=name, daemon=True)
-        self._threads = [t for t in self._threads if t.is_alive()]
-        self._threads.append(thread)
-        thread.start()
-
-    def _slot_loop(self, name: str) -> None:
-        slot = _Slot()
-        runner = executor.Runner(f"{name}-runner")
-        counted = True
-        # The idle sleep before a cycle, in seconds, and the wake-up generation it
-        # waits past: slept in the runner's own thread, so a wake-up goes straight to
-        # the thread that claims (no hand-off from this one on the way).
-        sleep: tuple[float, int] | None = None
-        try:
-            while not self._stopping.is_set():
-                halt = threading.Event()
-                call = runner.submit(functools.partial(self._cycles, slot, name, halt, sleep))
-                sleep = None
-                timed_out = self._supervise(call, slot, halt)
-                if timed_out:
-                    runner.abandon()
-                    runner = executor.Runner(f"{name}-runner")
-                    continue
-                if call.error is not None:
-                    if isinstance(call.error, (OperationalError, InterfaceError)):
-                        # The database is unreachable: its first line says it, once a try.
-                        first = str(call.error).strip() or type(call.error).__name__
-                        logger.warning(
-                            "worker cycle failed worker=%s (%s)", name, first.splitlines()[0]
-                        )
-                    else:
-                        logger.error("worker cycle failed worker=%s", name, exc_info=call.error)
-                    self._wait(self.max_sleep_ms / 1000)
-                    continue
-                if call.value:
-                    if self.break_time_ms:
-                        self._stopping.wait(self.break_time_ms / 1000)
-                    continue
-                # Found nothing.
-                sleep_ms = self.governor.no_job()
-                # Due jobs held back by a rate (docs/limits.md): sleep until the next
-                # start it allows; a --burst run waits for them rather than ending.
-                throttled_ms = storage_limits.throttled_ms(self.using)
-                if throttled_ms is not None:
-                    sleep_ms = min(sleep_ms, throttled_ms)
-                if self.burst and throttled_ms is None:
-                    self._idle_exit.set()
-                    break
-                # While the listener is down every idle slot polls (none retires):
-                # with one poller busy, a job would wait out its whole run.
-                if self.listener.healthy and self.governor.retire():
-                    counted = False
-                    break
-                if not self.listener.healthy:  # wake-ups may be lost: poll
-                    sleep_ms = self.min_sleep_ms
-                sleep = (sleep_ms / 1000, slot.gen)
-        finally:
-            # Wait for the runner to close its connections before the slot ends, so
-            # a returning foreman leaves no session open.
-            runner.stop(timeout_s=5)
-            connections.close_all()  # this thread's own (a timed-out job's outcome)
-            if counted:
-                self.governor.worker_exited()
-            self._kick()
-
-    def _supervise(self, call: Any, slot: _Slot, halt: threading.Event) -> bool:
-        """Wait for ``call``; return True if its job ran past its timeout (stored so,
-        and ``halt`` set: the stuck runner claims nothing more)."""
-        while not call.done.wait(0.25):
-            with slot.lock:
-                running = slot.current
-            if running is None or time.monotonic() < running.deadline:
-                continue
-            with slot.lock:
-                if slot.current is not running:
-                    continue
-                slot.current = None
-                halt.set()
-            self._unregister(running)
-            status = executor.time_out(running.job, running.ctx, started=running.started)
-            if status is not None:
-                self._outcome(running, status)
-            recycle_connections()
-            return True
-        return False
-
-    def _busy_count(self) -> int:
-        """Handlers running now, and claimed jobs waiting for a slot."""
-        return self._busy + len(self._inbox)
-
-    def _cycles(
-        self,
-        slot: _Slot,
-        name: str,
-        halt: threading.Event,
-        sleep: tuple[float, int] | None = None,
-    ) -> bool:
-        """In the runner thread: sleep ``sleep`` (seconds, or until a wake-up after
-        that generation) if given, then run jobs one after another while there are
-        any; return False once a claim found nothing (the slot then decides the
-        next sleep), True after a job when ``break_time_ms`` is due.
-
-        The runner keeps claiming without going back to its slot's thread between
-        jobs: two thread hand-offs per job were a drain's largest cost. The slot's
-        thread still watches each job's deadline through ``slot.current``; ``halt``
-        is set when it gave up on this runner (a timeout), so a stuck handler's
-        thread claims nothing more once it returns. With a break time, one job per
-        call, so the slot sleeps between jobs.
-        """
-        if sleep is not None:
-            self._wait_for_work(*sleep)
-        found = False
-        while not (halt.is_set() or self._stopping.is_set()):
-            slot.gen = self._wake_gen  # a wake-up during the cycle is not slept through
-            if not self._cycle(slot, name):
-                return False
-            found = True
-            if self.break_time_ms:
-                break
-        return found
-
-    def _cycle(self, slot: _Slot, name: str) -> bool:
-        """In the runner thread: take or claim one job and run it; return whether one was found."""
-        recycle_connections()
-        worker = f"{self.name}:{name}"
-        running = self._next_job(worker)
-        if running is None:
-            return False
-        job = running.job
-        running.ctx.worker = worker
-        logger.debug(
-            "job claimed jid=%s type=%s queue=%s attempt=%s worker=%s",
-            job.jid,
-            job.job_type,
-            job.queue,
-            job.attempt,
-            worker,
-        )
-        self.governor.found_job()
-        if self.governor.workers < self.concurrency and self._slot_wanted():
-            self._dispatch_wake.set()  # demand: the dispatcher may spawn a slot
-        now = time.monotonic()
-        running.started, running.deadline = now, now + job.timeout_ms / 1000
-        pending = False
-        with self._busy_lock:
-            self._busy += 1
-        try:
-            if running.ctx.lease_lost:  # lost while it waited for a slot: not ours to run
-                logger.warning("lease lost before the job started jid=%s", job.jid)
-                return True
-            if self._stopping.is_set():
-                # Claimed while shutting down: give it back unrun.
-                running.ctx.mark_lease_lost()
-                storage.hand_back(job, message="handed back at worker shutdown")
-                return True
-            if not self._start(running):
-                return True
-            now = time.monotonic()  # the run time and the deadline count from the start
-            running.started, running.deadline = now, now + job.timeout_ms / 1000
-            with slot.lock:
-                slot.current = running
-            status = executor.execute(
-                job,
-                running.ctx,
-                middleware=self.middleware,
-                completer=self.completer,
-                on_stored=lambda status: self._stored(running, status),
-            )
-            # A running average over about the last 20 jobs (a race between
-            # runners may lose an update: it only steers the prefetch).
-            run_ms = (time.monotonic() - running.started) * 1000
-            self.recent_run_ms += (run_ms - self.recent_run_ms) / 20
-            self._record_run(job.job_type, run_ms)
-            if status == executor.PENDING:
-                pending = running.storing = True
-            elif status is not None:
-                self._outcome(running, status)
-            return True
-        finally:
-            with self._busy_lock:
-                self._busy -= 1
-            with slot.lock:
-                if slot.current is running:
-                    slot.current = None
-            if not pending:
-                self._unregister(running)
-            recycle_connections()
-
-    def _stored(self, running: _Running, status: str | None) -> None:
-        """In the completer's thread: a batched success was written (or its lease lost)."""
-        if status is not None:
-            self._outcome(running, status)
-        self._unregister(running)
-
-    def _unregister(self, running: _Running) -> None:
-        with self._running_lock:
-            if self._running.get(running.job.pk) is running:
-                del self._running[running.job.pk]
-                self.governor.del_job(running.job.job_type)
 
 
 def run_foreman(

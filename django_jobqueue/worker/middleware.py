@@ -6,6 +6,11 @@ first listed is the outermost, so it runs first and sees the result last::
 
     JOBQUEUE = {"MIDDLEWARE": ["myapp.jobs.timing", "myapp.jobs.tenant"]}
     # timing(tenant(handler))(payload, ctx)
+
+A middleware is applied once per job type (not per job). ``async def`` handlers run
+on the foreman's event loop only when every listed middleware has
+``async_capable = True``: it is then also given async handlers, and must return an
+async handler for them (docs/design.md#execution).
 """
 
 from __future__ import annotations

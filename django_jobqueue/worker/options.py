@@ -79,6 +79,8 @@ class ForemanOptions:
     prefetch_ms: int | None = None
     #: Store successes in batches (:class:`~.completer.Completer`).
     batch_completions: bool = True
+    #: Log "job finished" (INFO) for each success; None: ``JOBQUEUE["LOG_SUCCESS"]``.
+    log_success: bool | None = None
 
 
 @dataclass
@@ -99,6 +101,8 @@ class _Running:
     #: Started without a write of its own, the start not stored yet: the next
     #: heartbeat stores it (storage.heartbeat's ``started``).
     start_unrecorded: bool = False
+    #: It holds one of the foreman's worker slots (counted in ``Foreman._busy``).
+    holds_slot: bool = False
 
 
 class _Slot:

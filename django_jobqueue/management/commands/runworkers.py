@@ -159,6 +159,14 @@ class Command(BaseCommand):
             "(default: %(default)r).",
         )
         parser.add_argument(
+            "--no-log-success",
+            action="store_false",
+            dest="log_success",
+            default=None,
+            help="No 'job finished ... status=done' INFO line per success (failures are "
+            "still logged; -v 0 drops every INFO line) (default: JOBQUEUE['LOG_SUCCESS']).",
+        )
+        parser.add_argument(
             "--database",
             default=None,
             help="Database alias of the jobs (default: JOBQUEUE['DATABASE'] or the routers').",
@@ -180,6 +188,7 @@ class Command(BaseCommand):
         heartbeat: int | None,
         shutdown_timeout: int | None,
         burst: bool,
+        log_success: bool | None,
         database: str | None,
         verbosity: int,
         **options: Any,
@@ -210,6 +219,7 @@ class Command(BaseCommand):
             "heartbeat_ms": heartbeat,
             "shutdown_timeout_ms": shutdown_timeout,
             "burst": burst,
+            "log_success": log_success,
         }
         # Without a handler in the project's LOGGING, lines get time, level, pid, logger.
         with runworkers_logging(verbosity, cast("IO[str]", self.stderr._out)) as level:
