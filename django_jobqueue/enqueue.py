@@ -282,6 +282,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     # each job's payload on its own. A job with an id or a key is validated whole.
     templates: dict[Any, JobSpec] = {}
     max_bytes = get_config().MAX_PAYLOAD_BYTES
+    plain_wait = pop_wait({})  # a job with no after waits for an open wait_for() block's
     for index, job in enumerate(jobs):
         try:
             if type(job) is dict and len(job) <= 3 and job.keys() <= _PLAIN:
@@ -295,6 +296,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
                     what = f"The payload of a {job_type!r} job"
                     payload_json = json_text(payload, what, max_bytes=max_bytes)
                     specs.append(template.with_payload(payload, payload_json))
+                    waits.append(plain_wait)  # one per spec: create_linked zips them
                     continue
             if not isinstance(job, Mapping):
                 raise InvalidRequest(
