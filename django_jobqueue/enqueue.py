@@ -307,6 +307,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     #: Per template: whether each job's limit key is read from its own payload.
     keyed_by_payload: dict[Any, bool] = {}
     max_bytes = get_config().MAX_PAYLOAD_BYTES
+    plain_wait = pop_wait({})  # a job with no after waits for an open wait_for() block's
     for index, job in enumerate(jobs):
         try:
             if type(job) is dict and len(job) <= 3 and job.keys() <= _PLAIN:
@@ -320,7 +321,7 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
                     specs.append(
                         _from_template(template, payload, keyed_by_payload[plain], max_bytes)
                     )
-                    waits.append(None)
+                    waits.append(plain_wait)  # one per spec: create_linked zips them
                     continue
             if not isinstance(job, Mapping):
                 raise InvalidRequest(

@@ -124,14 +124,21 @@ def ended(using: str, items: Iterable[Ended]) -> None:
     """
     work = list(items)
     tallies: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
+    # The callers' ``awaited`` comes from a copy of the row that may predate a
+    # dependent enqueued while the job ran (a worker's copy, read at the claim), so
+    # the edges of the jobs of a batch or a workflow are looked up whatever it says;
+    # the row, written in this transaction, is ours, so the edges found are all.
+    # Jobs ended below (settled dependents) carry ``awaited`` read from their row.
+    awaited = [item for item in work if item.awaited or item.batch_id or item.workflow_id]
     while work:
         for item in work:
             if item.batch_id is not None:
                 tallies["batch", item.batch_id][item.outcome] += 1
             if item.workflow_id is not None:
                 tallies["workflow", item.workflow_id][item.outcome] += 1
-        dependents = _leave_pending(using, [item for item in work if item.awaited])
+        dependents = _leave_pending(using, awaited)
         work = _resolve(using, dependents) if dependents else []
+        awaited = [item for item in work if item.awaited]
     _count(using, tallies)
 
 
@@ -169,7 +176,16 @@ def _resolve(using: str, pks: Sequence[int]) -> list[Ended]:
     for chunk in _chunks(list(pks)):
         blocked = jobs.filter(pk__in=list(chunk), status=JobStatus.BLOCKED).order_by("pk")
         if lock:
-            blocked = blocked.select_for_update()
+            # Lock first, read the edges in the next statement: a statement reads
+            # the rows committed when it began (READ COMMITTED), so edges read by
+            # the statement that waited for the lock would miss the end of an
+            # upstream job committed meanwhile by the transaction that held it,
+            # and two upstream jobs ending at once would each see the other's
+            # edge pending and leave their dependent blocked for good.
+            locked = list(blocked.select_for_update().values_list("pk", flat=True))
+            if not locked:
+                continue
+            blocked = jobs.filter(pk__in=locked, status=JobStatus.BLOCKED).order_by("pk")
         rows = list(
             blocked.annotate(
                 cancel=Exists(failed.filter(policy=POLICY_CANCEL)),

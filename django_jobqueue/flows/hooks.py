@@ -69,8 +69,11 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
     (their batches' counts grow by one ``UPDATE`` per batch). Returns the pks
     stored; a job not stored goes through ``storage.complete`` alone, as before.
     """
-    plain = [item for item in items if not linked(item[0])]
-    tied = [item for item in items if linked(item[0])]
+    # In pk order: the rows are locked in the order written, and an enqueue with
+    # ``after`` locks its upstream rows in pk order (docs/workflows.md "Lock order").
+    ordered = sorted(items, key=lambda item: item[0].pk)
+    plain = [item for item in ordered if not linked(item[0])]
+    tied = [item for item in ordered if linked(item[0])]
     stored: set[int] = set()
     if plain:
         stored |= storage_sql.complete_rows(using, plain, plain=True)

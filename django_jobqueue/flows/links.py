@@ -201,10 +201,13 @@ def create_linked(
     using = specs[0].using
     block = current.open_block()
     with transaction.atomic(using=using):
-        if link.batch_id is not None:
-            _check_open(using, link.batch_id)
+        # Job rows before batch rows, as a job's end takes them (its own row, then
+        # its batch's: docs/workflows.md "Lock order"), else an enqueue with
+        # ``batch=B, after=[J]`` racing J's end would deadlock.
         wanted = [jid for wait in waits if wait is not None for jid in wait[0]]
         upstream = _lock_upstream(using, list(dict.fromkeys(wanted))) if wanted else {}
+        if link.batch_id is not None:
+            _check_open(using, link.batch_id)
         results = create_many(specs) if many else [Job.objects.create_job(specs[0])]
         new = [result.jid for result in results if not result.deduplicated]
         if new:

@@ -114,3 +114,20 @@ def test_a_dependent_enqueued_while_its_upstream_ends_is_never_left_blocked() ->
         assert Job.objects.get(jid=upstream.jid).status == JobStatus.DONE
         assert Job.objects.get(jid=made[0]).status == JobStatus.INIT
         Job.objects.filter(queue="race").delete()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["complete", "complete_many"])
+def test_a_batch_job_whose_dependent_came_while_it_ran_makes_that_dependent_due(
+    batched: bool,
+) -> None:
+    with jq.batch():
+        upstream = jq.enqueue_job(None, "flows.noop")
+    (job,) = storage.claim("default", owner="w")
+    assert not job.awaited  # the worker's copy, read before the dependent existed
+    dependent = jq.enqueue_job(None, "flows.noop", after=[upstream.jid])
+    assert Job.objects.get(jid=dependent.jid).status == JobStatus.BLOCKED
+    if batched:
+        assert storage.complete_many([(job, None)]) == [True]
+    else:
+        assert storage.complete(job, None)
+    assert Job.objects.get(jid=dependent.jid).status == JobStatus.INIT

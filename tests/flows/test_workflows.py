@@ -235,6 +235,19 @@ def test_the_async_twins_enqueue_and_read() -> None:
     assert asyncio.run(jq.aget_batch(b.id)).total == 1
 
 
+def test_enqueue_many_of_plain_jobs_in_a_wait_for_block_waits_for_its_upstream() -> None:
+    first = jq.enqueue_job(None, "flows.step", step("first"))
+    with jq.wait_for(first):
+        results = jq.enqueue_many(
+            [{"job_type": "flows.step", "payload": step(f"plain{i}")} for i in range(3)]
+            + [{"job_type": "flows.step", "payload": step("own"), "priority": 5}]
+        )
+    assert {Job.objects.get(jid=r.jid).status for r in results} == {JobStatus.BLOCKED}
+    assert Dependency.objects.count() == 4
+    drain(concurrency=2)
+    assert runs()[0] == "first" and len(runs()) == 5
+
+
 def test_enqueue_many_takes_each_jobs_own_after() -> None:
     first = jq.enqueue_job(None, "flows.step", step("first"))
     second = jq.enqueue_job(None, "flows.step", step("second"))

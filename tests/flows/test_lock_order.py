@@ -1,0 +1,169 @@
+"""Ends and enqueues of linked jobs racing each other, with real threads on PostgreSQL
+and MariaDB (docs/workflows.md "Guarantees", "Lock order"): no dependent is left
+blocked, and no path deadlocks another."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+
+import django_jobqueue as jq
+from django_jobqueue import storage
+from django_jobqueue.flows import hooks
+from django_jobqueue.models import Batch, Job, JobStatus
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.vendor("postgresql", "mysql"),  # SQLite runs one writer at a time
+]
+
+
+def lock_waits() -> int:
+    """Return how many other sessions of this test database wait for a row lock."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+        else:
+            # MariaDB lists a lock wait met while the optimizer reads a const row
+            # ("Statistics") nowhere in innodb_trx: a statement of another session
+            # of this database running for 200 ms is the test's waiting one.
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.processlist"
+                " WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+                " AND command = 'Query' AND time_ms > 200"
+            )
+        return int(cursor.fetchone()[0])
+
+
+def until_a_lock_wait(errors: list[BaseException], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while lock_waits() == 0:
+        assert not errors, errors
+        assert time.monotonic() < deadline, "no session ever waited for a lock"
+        time.sleep(0.01)
+
+
+def run(target: Callable[[], Any], errors: list[BaseException]) -> threading.Thread:
+    def body() -> None:
+        try:
+            target()
+        except BaseException as error:  # reported by the test's assertion
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    return thread
+
+
+def test_two_upstream_jobs_ending_at_once_make_their_dependent_due() -> None:
+    a = jq.enqueue_job("race", "flows.noop")
+    b = jq.enqueue_job("race", "flows.noop")
+    c = jq.enqueue_job("race", "flows.noop", after=[a.jid, b.jid])
+    jobs = {job.jid: job for job in storage.claim("default", owner="w", limit=2, queues=["race"])}
+    assert set(jobs) == {a.jid, b.jid}
+    held, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def end_a() -> None:
+        try:
+            with transaction.atomic():
+                assert storage.complete(jobs[a.jid], None)
+                held.set()  # a's end written, c's row locked; not committed yet
+                assert release.wait(30)
+        finally:
+            held.set()
+
+    def end_b() -> None:
+        assert held.wait(30)
+        assert storage.complete(jobs[b.jid], None)  # waits for c's row
+
+    first = run(end_a, errors)
+    second = run(end_b, errors)
+    until_a_lock_wait(errors)
+    release.set()
+    first.join()
+    second.join()
+    assert not errors, errors
+    assert Job.objects.get(jid=c.jid).status == JobStatus.INIT
+
+
+def test_an_enqueue_into_a_batch_after_its_job_racing_that_jobs_end_never_deadlocks() -> None:
+    with jq.batch() as b:
+        upstream = jq.enqueue_job("race", "flows.noop")
+        jq.enqueue_job("later", "flows.noop")  # the batch stays open after upstream ends
+    (job,) = storage.claim("default", owner="w", queues=["race"])
+    locked, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    made: list[str] = []
+
+    def end() -> None:
+        try:
+            with transaction.atomic():
+                # An end writes its own row first, its batch's row after.
+                list(Job.objects.filter(pk=job.pk).select_for_update().values_list("pk"))
+                locked.set()
+                assert release.wait(30)
+                assert storage.complete(job, None)
+        finally:
+            locked.set()
+
+    def enqueue() -> None:
+        assert locked.wait(30)
+        made.append(jq.enqueue_job("race", "flows.noop", batch=b.id, after=[upstream.jid]).jid)
+
+    ender = run(end, errors)
+    enqueuer = run(enqueue, errors)
+    until_a_lock_wait(errors)  # the enqueue waits for the upstream row
+    time.sleep(0.2)  # and, on the old order, would hold the batch's row meanwhile
+    release.set()
+    ender.join()
+    enqueuer.join()
+    assert not errors, errors
+    assert Job.objects.get(jid=made[0]).status == JobStatus.INIT
+    row = Batch.objects.get(pk=b.id)
+    assert (row.total, row.done) == (3, 1)
+
+
+def test_an_enqueue_after_many_running_jobs_racing_their_batched_done_never_deadlocks() -> None:
+    for _round in range(10):
+        with jq.batch():  # linked: the batched done takes its transaction path
+            jids = [jq.enqueue_job("race", "flows.noop").jid for _ in range(60)]
+        upstream = jids[::2]
+        jobs = storage.claim("default", owner="w", limit=60, queues=["race"])
+        assert len(jobs) == 60
+        # Listed in descending pk order: the batched done must not lock in list order.
+        items = [(job, None, None) for job in sorted(jobs, key=lambda job: -job.pk)]
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+        made: list[str] = []
+        stored: list[set[int]] = []
+
+        def done(
+            items: list[Any] = items, start: threading.Barrier = start, stored: Any = stored
+        ) -> None:
+            start.wait()
+            stored.append(hooks.complete_rows("default", items))
+
+        def enqueue(
+            upstream: list[str] = upstream, start: threading.Barrier = start, made: Any = made
+        ) -> None:
+            start.wait()
+            made.append(jq.enqueue_job("race", "flows.noop", after=upstream).jid)
+
+        threads = [run(done, errors), run(enqueue, errors)]
+        for thread in threads:
+            thread.join()
+        assert not errors, errors
+        assert stored[0] == {job.pk for job in jobs}
+        assert Job.objects.get(jid=made[0]).status == JobStatus.INIT
+        Job.objects.filter(queue="race").delete()
