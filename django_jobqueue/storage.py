@@ -6,7 +6,8 @@ Every state change is one guarded ``UPDATE`` that filters on the job's pk, the
 worker that lost its lease (paused, partitioned, too slow, reaped) writes nothing
 over the new owner's run, and learns so from the ``False`` it gets back.
 
-Claim (docs/design.md#creation): one short transaction that selects due
+Claim (docs/design.md#creation; the code is :mod:`django_jobqueue.storage_claim`,
+re-exported here): one short transaction that selects due
 jobs in (priority, run_at, pk) order over the claim index with ``FOR UPDATE SKIP
 LOCKED`` (PostgreSQL, MySQL 8, MariaDB 10.6+), then moves them to ``processing``
 with a fresh lease token. SQLite has no row locks: its write transaction serialises
@@ -29,12 +30,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import uuid
 from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Case, F, JSONField, Q, Value, When
 from django.db.models.functions import Coalesce
 
@@ -45,11 +45,11 @@ from .core.conf import get_config
 from .core.dbclock import Now
 from .core.validation import check_json, hold_hash
 from .flows import hooks
-from .models import Job, JobStatus, QueuePause
-from .store import limits, locks, unique
+from .models import Job, JobStatus
+from .storage_claim import claim, claimed_under
+from .store import locks, unique
 from .store.errorlog import describe, error_entry, escaped
-from .store.jobstats import count_outcome, count_pickups
-from .store.pauses import paused_queues
+from .store.jobstats import count_outcome
 from .store.registry import UNSET, get_job_description
 from .store.wakeups import notify_on_commit
 
@@ -128,175 +128,6 @@ def retrying(using: str, func: Any, *args: Any, **kwargs: Any) -> Any:
     # partial: an update's field names (say ``timeout_ms``) never meet the helper's.
     call = functools.partial(func, *args, **kwargs)
     return reconnect.retry_on_disconnect(using, locks.retry_when_locked, using, call)
-
-
-def claim(
-    using: str,
-    *,
-    owner: str,
-    limit: int = 1,
-    queues: Sequence[str] | None = None,
-    exclude_types: Collection[str] = (),
-    lease_ms: int | None = None,
-    started: bool = True,
-) -> list[Job]:
-    """Claim up to ``limit`` due jobs for ``owner`` and return them, lease set.
-
-    Parameters
-    ----------
-    using:
-        Database alias of the jobs.
-    owner:
-        The claiming worker's name (``host:pid:thread``), stored as ``lease_owner``.
-    limit:
-        Most jobs to claim, >= 1.
-    queues:
-        Queues to claim from; None: every queue.
-    exclude_types:
-        Job types not to claim (those at their ``concurrent`` limit,
-        Governor.Spawn's ignore list).
-    lease_ms:
-        Lease of the claimed jobs in ms; None: ``JOBQUEUE["LEASE_MS"]``.
-    started:
-        True: the jobs start now (``started_at`` is the claim's time; a gateway
-        worker's claim). False: claimed, not started yet (``started_at`` NULL):
-        the claimer records each start with :func:`mark_started`, or with the
-        next :func:`heartbeat` or outcome; until then :func:`~django_jobqueue.reaping.reap_expired`
-        returns the job unspent (docs/design.md#execution).
-
-    Returns
-    -------
-    list[Job]
-        The claimed jobs in claim order, each ``processing`` with ``attempt``
-        incremented and a ``lease_token`` that guards its later updates. While any
-        flow-control limit is active (docs/limits.md), the claim takes only what every
-        limit over a job allows, in the same transaction
-        (:mod:`django_jobqueue.storage_limits`); with none, it is the one statement
-        of :mod:`django_jobqueue.storage_sql`. Jobs of a
-        paused queue are never claimed: the claim statement itself leaves out the
-        queues of the pause table, so a job enqueued after a pause committed (in any
-        process) waits until the resume. The process's cache of the paused set
-        (:func:`~django_jobqueue.store.pauses.paused_queues`, read at most every half
-        second) only spares the statement when every queue asked for is paused.
-
-    Implements: docs/design.md#creation.
-    """
-    paused = reconnect.retry_on_disconnect(using, paused_queues, using)
-    exclude_queues: list[str] = []
-    if paused:
-        if queues:
-            queues = [name for name in queues if name not in paused]
-            if not queues:
-                return []  # every queue asked for is paused: nothing to claim
-        else:
-            exclude_queues = sorted(paused)
-    token = uuid.uuid4().hex
-    view: limits.LimitsView | None = reconnect.retry_on_disconnect(using, limits.active, using)
-    if view is not None and not storage_limits.applies(view, queues, exclude_types):
-        view = None
-    args = (
-        using, owner, limit, queues, exclude_types, lease_ms, exclude_queues, token, started, view,
-    )  # fmt: skip
-
-    def claim_once() -> list[Job]:
-        return locks.retry_when_locked(using, functools.partial(_claim, *args))
-
-    def claim_again() -> list[Job]:
-        # The first try met a dead connection: if its COMMIT landed, its rows are
-        # leased under this token (a read over the few processing rows, on this
-        # rare path only); else nothing is: claim afresh, with the same token.
-        return claimed_under(using, token) or claim_once()
-
-    jobs: list[Job] = reconnect.retry_on_disconnect(using, claim_once, repeat=claim_again)
-    count_pickups(using, jobs)
-    return jobs
-
-
-def claimed_under(using: str, token: str) -> list[Job]:
-    """Return the jobs leased under claim ``token`` (``processing``), in claim order.
-
-    A claim repeated after a disconnect calls this first, so a claim whose first
-    try committed is not made twice. When the first try commits only after the
-    repeat has looked (the old session still ran on the server), its rows stay
-    leased to a claim nobody knows of, and are reaped once their lease expires
-    (:func:`~django_jobqueue.reaping.reap_expired`), counting that attempt.
-    """
-    rows = Job.objects.using(using).filter(status=JobStatus.PROCESSING, lease_token=token)
-    return sorted(rows, key=lambda job: (job.priority, job.run_at, job.pk))
-
-
-def _claim(
-    using: str,
-    owner: str,
-    limit: int,
-    queues: Sequence[str] | None,
-    exclude_types: Collection[str],
-    lease_ms: int | None,
-    exclude_queues: Sequence[str],
-    token: str,
-    started: bool,
-    view: limits.LimitsView | None,
-) -> list[Job]:
-    lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
-    if view is not None and storage_sql.supported(using):
-        return storage_limits.claim_limited(
-            using,
-            view=view,
-            owner=owner[:200],
-            token=token,
-            limit=limit,
-            queues=queues,
-            exclude_types=exclude_types,
-            exclude_queues=exclude_queues,
-            lease=lease,
-            started=started,
-        )
-    if storage_sql.supported(using):
-        return storage_sql.claim_rows(
-            using,
-            owner=owner[:200],
-            token=token,
-            limit=limit,
-            queues=queues,
-            exclude_types=exclude_types,
-            exclude_queues=exclude_queues,
-            lease=lease,
-            started=started,
-        )
-    with transaction.atomic(using=using):
-        due = Job.objects.using(using).filter(waiting=True, run_at__lte=Now())
-        if queues:
-            due = due.filter(queue__in=list(queues))
-        if exclude_queues:
-            due = due.exclude(queue__in=list(exclude_queues))
-        # Read by the claim's own statement, as storage_sql's claims do.
-        due = due.exclude(queue__in=QueuePause.objects.using(using).values("queue"))
-        if exclude_types:
-            due = due.exclude(job_type__in=list(exclude_types))
-        due = due.order_by("priority", "run_at", "id")
-        if connections[using].features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True)
-        pks = list(due.values_list("pk", flat=True)[:limit])
-        if not pks:
-            return []
-        Job.objects.using(using).filter(pk__in=pks, waiting=True).update(
-            status=JobStatus.PROCESSING,
-            waiting=False,
-            attempt=F("attempt") + 1,
-            lease_owner=owner[:200],
-            lease_token=token,
-            lease_expires_at=Now() + lease,
-            heartbeat_at=Now(),
-            started_at=Now() if started else None,
-            updated_at=Now(),
-            # docs/design.md#unique-keys: an until_executing lock frees the moment a worker claims
-            # the job.
-            **unique.claim_release(),
-        )
-        claimed = {
-            job.pk: job for job in Job.objects.using(using).filter(pk__in=pks, lease_token=token)
-        }
-    return [claimed[pk] for pk in pks if pk in claimed]
 
 
 def _guarded(job: Job) -> Any:
