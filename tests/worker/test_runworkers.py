@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from django_jobqueue import enqueue_job
-from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.models import Job, JobStatus, QueuePause
 from tests.settings_own_logging import OWN_FORMAT
 from tests.testapp.models import RunRecord
 from tests.workers_helpers import drain_once_each, run_workers
@@ -201,6 +201,20 @@ def test_burst__with_nothing_due_exits_zero():
     proc = run_workers("--burst")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no jobs" in proc.stdout
+
+
+def test_burst__names_the_paused_queues_whose_jobs_it_left_waiting():
+    QueuePause.objects.create(queue="reports")
+    QueuePause.objects.create(queue="other")  # not asked for: not named
+    enqueue_job("reports", "worker.record", {"n": 1})
+    proc = run_workers("--burst", "--queues", "reports,emails")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "runworkers finished: no jobs" in proc.stdout
+    assert (
+        "runworkers: paused, their jobs left waiting: reports (manage.py jobqueue resume reports)"
+    ) in proc.stdout
+    assert Job.objects.get().waiting
+    assert "paused" not in run_workers("--burst", "--queues", "emails").stdout
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...core.conf import get_config
 from ...core.exceptions import ImproperlyConfiguredJobQueue
+from ...enqueue import jobs_database
+from ...store.pauses import paused_queues
 from ...worker.foreman import Foreman, ForemanOptions
 from ...worker.logsetup import runworkers_logging
 from ...worker.supervisor import Supervisor
@@ -236,7 +238,21 @@ class Command(BaseCommand):
         if verbosity:
             summary = " ".join(f"{k}={v}" for k, v in sorted(stats.items()))
             self.stdout.write(f"runworkers finished: {summary or 'no jobs'}")
+            if burst:
+                self._say_paused(database, queues)
         if code:
             raise CommandError(
                 "A burst worker process kept crashing; see the log above for its error."
+            )
+
+    def _say_paused(self, database: str | None, queues: list[str] | None) -> None:
+        """After a --burst run: name the paused queues it was to drain, whose jobs it
+        left waiting (a paused queue looks empty to a claim: README "Console")."""
+        paused = paused_queues(database or jobs_database(), max_age_s=0)
+        left = sorted(paused if not queues else paused.intersection(queues))
+        if left:
+            names = ", ".join(left)
+            self.stdout.write(
+                f"runworkers: paused, their jobs left waiting: {names} "
+                f"(manage.py jobqueue resume {left[0]})"
             )
