@@ -90,3 +90,44 @@ def test_worker_claim__holds_to_the_limit(api):
     assert len(first.json()["jobs"]) == 1
     second = api.post("/sdk/worker/claim", claim)
     assert second.json()["jobs"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"target": "queue:sms", "rate": "0/s"}, "rate"),
+        ({"target": "queue:sms", "rate": "-1/m"}, "rate"),
+        ({"target": "queue:sms", "rate": "100/x"}, "rate"),
+        ({"target": "queue:sms", "rate": "99999999999/s"}, "rate"),
+        ({"target": "queue:sms", "rate": 5}, "rate"),
+        ({"target": "queue:sms", "rate": "1/s", "burst": 10**12}, "burst"),
+        ({"target": "queue:sms", "concurrency": "3"}, "concurrency"),
+        ({"target": "queue:sms", "concurrency": 1.5}, "concurrency"),
+        ({"target": "queue:sms", "burst": 5}, "burst"),
+        ({"target": "queue:sms", "concurrency": 1, "fair": "yes"}, "fair"),
+        ({"target": "queue:sms", "concurrency": 1, "partition": "payload"}, "partition"),
+        ({"target": "queue:sms", "concurrency": 1, "partition": "payload.a\x00"}, "partition"),
+        ({"target": "type:a\x00b", "concurrency": 1}, "target"),
+        ({"target": "type:" + "t" * 10_000, "concurrency": 1}, "target"),
+        ({"target": "queue:" + "q" * 101, "concurrency": 1}, "target"),
+        ({"target": "type:", "concurrency": 1}, "target"),
+        ({"target": 7, "concurrency": 1}, "target"),
+        ({"concurrency": 1}, "target"),
+        ({"target": "queue:sms", "rate": "1/s" + "x" * 10_000}, "rate"),
+    ],
+)
+def test_limits__every_bad_field_is_a_422_naming_it(admin_api, body, field):
+    response = admin_api.post("/sdk/limits", body)
+    assert response.status_code == 422, response.json()
+    assert response.json()["error"] == "invalid_request"
+    assert field in (response.json()["field"] or ""), response.json()
+    assert not LimitOverride.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body", [{"target": "type:a\x00"}, {"target": "x" * 10_000}, {}, {"target": "sms"}]
+)
+def test_limits_clear__a_bad_target_is_a_422_naming_it(admin_api, body):
+    response = admin_api.post("/sdk/limits/clear", body)
+    assert response.status_code == 422, response.json()
+    assert response.json()["field"] == "target"

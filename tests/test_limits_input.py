@@ -1,0 +1,159 @@
+"""Flow-control limits (docs/limits.md) under bad input: every surface refuses a bad
+limit with a typed error naming its field and writes nothing, and a job whose payload
+gives an odd partition key is still claimed, under a documented key."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_jobqueue import enqueue_job, storage
+from django_jobqueue.core.exceptions import InvalidOption
+from django_jobqueue.core.limitspec import parse_limit, parse_target
+from django_jobqueue.models import Job, JobStatus, LimitOverride, LimitState
+from django_jobqueue.storage_limits import clear_throttled
+from django_jobqueue.store import limits
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_limits() -> Any:
+    limits.clear_cache()
+    clear_throttled()
+    yield
+    limits.clear_cache()
+    clear_throttled()
+
+
+def claim(count: int = 10) -> list[Job]:
+    return storage.claim("default", owner="t", limit=count)
+
+
+def test_claim__a_run_time_partition_takes_every_odd_payload_under_a_documented_key() -> None:
+    payloads: list[Any] = [
+        {"c": "x" * 500},  # longer than a key may be: cut to 200 characters
+        {"c": {"nested": ["object"] * 100}},  # its JSON text, cut to 200 characters
+        {"c": None},  # null: the key ""
+        {},  # missing: the key ""
+        {"c": 42},  # an integer: its decimal text
+        [1, 2, 3],  # not an object: the key ""
+        "text",
+        None,
+    ]
+    jids = [enqueue_job("lim", "limits.run", payload)["jid"] for payload in payloads]
+    limits.set_limit("default", "type:limits.run", {"concurrency": 100, "partition": "payload.c"})
+    claimed = claim(20)
+    assert sorted(job.jid for job in claimed) == sorted(jids)
+    keys = set(LimitState.objects.values_list("limit_key", flat=True))
+    assert "x" * 200 in keys
+    assert "42" in keys
+    assert "" in keys
+    assert all(len(key) <= 200 for key in keys)
+    for job in Job.objects.all():
+        assert job.status == JobStatus.PROCESSING
+
+
+def test_claim__a_long_payload_key_is_held_to_its_limit() -> None:
+    for _ in range(3):
+        enqueue_job("lim", "limits.run", {"c": "y" * 300})
+    limits.set_limit("default", "type:limits.run", {"concurrency": 1, "partition": "payload.c"})
+    assert len(claim(10)) == 1
+    assert claim(10) == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"concurrency": 10**30}, "concurrency must be an integer from 1 to 1,000,000"),
+        ({"rate": "1", "concurrency": 1}, "A rate must be"),
+        ({"rate": "9" * 5000 + "/s"}, "A rate must be"),
+        ({"rate": "10000001/s"}, "A rate must be"),
+        ({"rate": "-1/m"}, "A rate must be"),
+        ({"rate": "100/x"}, "A rate must be"),
+        ({"rate": "\u0661\u0660/s"}, "A rate must be"),  # Arabic-Indic digits
+        ({"rate": "1/s", "burst": 2**40}, "burst must be an integer from 1 to 1,000,000"),
+        ({"concurrency": 1, "partition": "payload." + "a" * 300}, "partition"),
+        ({"concurrency": 1, "partition": "payload.a\x00"}, "partition"),
+    ],
+)
+def test_parse_limit__refuses_what_no_table_stores(raw: Any, message: str) -> None:
+    with pytest.raises(InvalidOption, match=message) as caught:
+        parse_limit(raw, allow_callable=False)
+    assert caught.value.field in raw
+
+
+@pytest.mark.parametrize(
+    "target", ["type:a\x00b", "queue:" + "q" * 101, "type:" + "t" * 201, "queue:", "nosuch:x", "x"]
+)
+def test_parse_target__refuses_bad_targets(target: str) -> None:
+    with pytest.raises(InvalidOption, match="target") as caught:
+        parse_target(target)
+    assert caught.value.field == "target"
+
+
+def call(*args: str) -> str:
+    out = StringIO()
+    call_command("jobqueue", "limits", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["set", "queue:sms", "--rate", "0/s"],
+        ["set", "queue:sms", "--rate", "-1/m"],
+        ["set", "queue:sms", "--rate", "100/x"],
+        ["set", "queue:sms", "--rate", "9" * 5000 + "/s"],
+        ["set", "queue:sms", "--concurrency", "99999999999999999999"],
+        ["set", "queue:sms", "--burst", "5"],
+        ["set", "queue:sms", "--concurrency", "1", "--partition", "payload"],
+        ["set", "queue:sms", "--concurrency", "1", "--partition", "payload." + "a" * 300],
+        ["set", "queue:sms", "--concurrency", "1", "--partition", "payload.a\x00"],
+        ["set", "type:a\x00", "--concurrency", "1"],
+        ["set", "type:" + "t" * 300, "--concurrency", "1"],
+        ["set", "sms", "--concurrency", "1"],
+        ["clear", "sms"],
+    ],
+)
+def test_command__bad_input_is_one_line_and_writes_nothing(args: list[str]) -> None:
+    with pytest.raises(CommandError) as caught:
+        call(*args)
+    assert "\n" not in str(caught.value)
+    assert not LimitOverride.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"target": "queue:sms", "concurrency": "99999999999999999999"}, "concurrency"),
+        ({"target": "queue:sms", "burst": "2", "rate": "9" * 5000 + "/s"}, "rate"),
+        (
+            {"target": "queue:sms", "concurrency": "1", "partition": "payload." + "a" * 300},
+            "partition",
+        ),
+        ({"target": "type:a\x00", "concurrency": "1"}, "target"),
+        ({"target": "type:" + "t" * 300, "concurrency": "1"}, "target"),
+    ],
+)
+def test_console__a_bad_limit_is_a_message_never_a_500(form: dict[str, str], field: str) -> None:
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+    from django.urls import reverse
+
+    user = User.objects.create_user("ops", password="pw", is_staff=True)  # noqa: S106
+    user.user_permissions.add(Permission.objects.get(codename="pause_queue"))
+    client = Client()
+    client.force_login(user)
+    response = client.post(reverse("django_jobqueue_console:limit_set"), form, follow=True)
+    # Django itself answers 400 to a NUL in a form field; the rest is the form's message.
+    assert response.status_code in (200, 400)
+    if response.status_code == 200:
+        assert "A limit&#x27;s " + field in response.content.decode() or "A rate must" in (
+            response.content.decode()
+        )
+    assert not LimitOverride.objects.exists()
