@@ -4,16 +4,15 @@ A limit is a dict with any of these keys, the same on every surface (``@job(limi
 a ``JOBQUEUE["JOB_TYPES"]`` or ``JOBQUEUE["QUEUES"]`` entry, ``jobqueue limits set``,
 the gateway, the console):
 
-- ``concurrency``: int from 1 to 1,000,000, at most that many jobs of the target ``processing`` at once,
-  fleet-wide (per key with a ``partition``);
+- ``concurrency``: int from 1 to 1,000,000, at most that many jobs of the target
+  ``processing`` at once, fleet-wide (per key with a ``partition``);
 - ``rate``: ``"N/s"``, ``"N/m"`` or ``"N/h"`` (N an integer from 1 to 1,000,000): starts
-  per window,
-  enforced by a token bucket (docs/limits.md "Rate");
-- ``burst``: int from 1 to 1,000,000, the token bucket's capacity; default: one second's worth of the
-  rate, at least 1;
-- ``partition``: ``"payload.<field>[.<field>...]"`` (at most 200 characters), ``"key"`` (only the ``limit_key=``
-  given at enqueue) or, in code only, a callable ``f(payload) -> str``: the limits apply
-  per key instead of globally;
+  per window, enforced by a token bucket (docs/limits.md "Rate");
+- ``burst``: int from 1 to 1,000,000, the token bucket's capacity; default: one second's
+  worth of the rate, at least 1;
+- ``partition``: ``"payload.<field>[.<field>...]"`` (at most 200 characters), ``"key"``
+  (only the ``limit_key=`` given at enqueue) or, in code only, a callable
+  ``f(payload) -> str``: the limits apply per key instead of globally;
 - ``fair``: bool, with a partition: claims rotate across the keys with due jobs.
 
 Every error is an :class:`InvalidLimit` naming the key at fault (``field``), so the
@@ -238,7 +237,9 @@ def parse_limit(raw: Any, *, allow_callable: bool = True) -> Limit:
     if not isinstance(fair, bool):
         raise InvalidLimit(f"A limit's fair must be True or False: got {fair!r}.", field="fair")
     if fair and partition is None:
-        raise InvalidLimit("A limit's fair needs a partition: it rotates across keys.", field="fair")
+        raise InvalidLimit(
+            "A limit's fair needs a partition: it rotates across keys.", field="fair"
+        )
     limit = Limit(
         concurrency=concurrency, rate=parsed_rate, burst=burst, partition=partition, fair=fair
     )
