@@ -157,3 +157,25 @@ def test_console__a_bad_limit_is_a_message_never_a_500(form: dict[str, str], fie
             response.content.decode()
         )
     assert not LimitOverride.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"QUEUES": {"sms": {"limits": {"concurrency": 0}}}},
+        {"QUEUES": {"sms": {"limits": "10/s"}}},
+        {"QUEUES": {"sms": {"limits": {"rate": "10/s", "partition": len}}}},
+        {"JOB_TYPES": {"a.b": {"handler": "x.y", "limits": {"burst": 3}}}},
+        {"JOB_TYPES": {"a.b": {"handler": "x.y", "limits": {"concurrency": 10**12}}}},
+    ],
+)
+def test_check__a_bad_declared_limit_is_e001_with_the_limits_hint(setting: Any) -> None:
+    from django.test import override_settings
+
+    from django_jobqueue.checks import check_settings
+
+    with override_settings(JOBQUEUE=setting):
+        (error,) = check_settings()
+    assert error.id == "django_jobqueue.E001"
+    assert "['limits']" in error.msg
+    assert "docs/limits.md" in (error.hint or "")
