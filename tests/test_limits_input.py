@@ -179,3 +179,10 @@ def test_check__a_bad_declared_limit_is_e001_with_the_limits_hint(setting: Any) 
     assert error.id == "django_jobqueue.E001"
     assert "['limits']" in error.msg
     assert "docs/limits.md" in (error.hint or "")
+
+
+@pytest.mark.parametrize("key", ["", "k" * 201, "a\x00b", 42, ["k"], b"k"])
+def test_enqueue__a_bad_limit_key_is_refused_and_writes_nothing(key: Any) -> None:
+    with pytest.raises(InvalidOption, match="limit_key must be a string of 1 to 200"):
+        enqueue_job("lim", "limits.run", {}, limit_key=key)
+    assert not Job.objects.exists()

@@ -41,6 +41,7 @@ from django.db.models import Q
 from ..core.conf import get_config
 from ..core.exceptions import InvalidOption
 from ..core.limitspec import MAX_KEY_LENGTH, Limit, parse_limit, parse_target
+from ..core.validation import text_problem
 from ..models import Job, JobStatus, LimitOverride, LimitState
 from .registry import registered_job_types
 
@@ -299,9 +300,10 @@ def _key_text(value: Any) -> str:
             f"A limit's partition key must be a string or an integer: got {value!r}."
         )
     text = str(value)
-    if len(text) > MAX_KEY_LENGTH:
+    if len(text) > MAX_KEY_LENGTH or text_problem(text) is not None:
         raise InvalidOption(
-            f"A limit key must be at most {MAX_KEY_LENGTH} characters: got {len(text)}."
+            f"A limit key must be at most {MAX_KEY_LENGTH} characters, without NUL: got "
+            f"{len(text)} characters."
         )
     return text
 
@@ -317,12 +319,20 @@ def enqueue_key(job_type: str, limit: Limit | None, payload: Any, explicit: Any)
     Raises
     ------
     InvalidOption
-        If ``explicit`` is not a string of 1 to 200 characters, or the key is invalid.
+        If ``explicit`` is not a string of 1 to 200 characters without NUL, or the key
+        is invalid.
     """
     if explicit is not None:
-        if not isinstance(explicit, str) or not 0 < len(explicit) <= MAX_KEY_LENGTH:
+        if (
+            not isinstance(explicit, str)
+            or not 0 < len(explicit) <= MAX_KEY_LENGTH
+            or text_problem(explicit) is not None
+        ):
+            shown = repr(explicit)
+            shown = shown if len(shown) <= 60 else shown[:60] + "..."
             raise InvalidOption(
-                f"limit_key must be a string of 1 to {MAX_KEY_LENGTH} characters: got {explicit!r}."
+                f"limit_key must be a string of 1 to {MAX_KEY_LENGTH} characters, without "
+                f"NUL: got {shown}."
             )
         return explicit
     if limit is None or not limit.partitioned:
