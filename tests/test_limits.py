@@ -97,8 +97,8 @@ def test_settings__queue_and_job_type_limits_are_checked() -> None:
     with override_settings(JOBQUEUE=bad):
         problems = validate_settings()
     assert problems == [
-        "JOBQUEUE['QUEUES']['sms']['limits']: A rate must be 'N/s', 'N/m' or 'N/h' with N an integer "
-        ">= 1 (at most 1,000,000): got 'fast'.",
+        "JOBQUEUE['QUEUES']['sms']['limits']: A rate must be 'N/s', 'N/m' or 'N/h' with N an "
+        "integer >= 1 (at most 1,000,000): got 'fast'.",
         "JOBQUEUE['JOB_TYPES']['a.b']['limits']: A limit's concurrency must be an integer "
         "from 1 to 1,000,000: got '2'.",
     ]
