@@ -186,3 +186,37 @@ def test_enqueue__a_bad_limit_key_is_refused_and_writes_nothing(key: Any) -> Non
     with pytest.raises(InvalidOption, match="limit_key must be a string of 1 to 200"):
         enqueue_job("lim", "limits.run", {}, limit_key=key)
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"target": "garbage", "concurrency": 1},
+        {"target": "nosuch:x", "concurrency": 1},
+        {"target": "type:limits.run", "concurrency": 0},
+        {"target": "type:limits.run", "rate": "fast"},
+        {"target": "type:limits.run", "concurrency": 5_000_000},  # over the bound
+        {"target": "type:limits.run", "concurrency": 1, "partition": "customer"},
+    ],
+)
+def test_override__a_row_written_by_hand_is_ignored_and_shown_never_a_crash(
+    row: dict[str, Any],
+) -> None:
+    LimitOverride.objects.create(**row)
+    (jid,) = [enqueue_job("lim", "limits.run", {"customer": "a"})["jid"]]
+    assert not limits.active("default", max_age_s=0)  # ignored, said in the log
+    assert [job.jid for job in claim()] == [jid]
+    (shown,) = limits.limit_rows("default")
+    assert shown["target"] == row["target"]
+    assert "invalid" in shown["override"]
+    assert shown["effective"] == {}
+    assert "ignored: invalid=" in call("list")
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    client = Client()
+    client.force_login(User.objects.create_user("v", is_staff=True))
+    page = client.get(reverse("django_jobqueue_console:limits"))
+    assert page.status_code == 200
+    assert "ignored:" in page.content.decode()

@@ -169,6 +169,9 @@ def write_rows(command: BaseCommand, rows: list[dict[str, Any]]) -> None:
         concurrency = effective.get("concurrency")
         use = f"{row['in_flight']}/{concurrency}" if concurrency else str(row["in_flight"])
         source = "set" if row["override"] is not None else "declared"
+        if row["override"] is not None and "invalid" in row["override"]:
+            # A row written by hand that the claims ignore (docs/limits.md).
+            source = f"set, ignored: invalid={row['override']['invalid']}"
         command.stdout.write(
             f"{row['target']}: {_describe(effective)} ({source}); in flight {use}, "
             f"due {row['waiting']}"

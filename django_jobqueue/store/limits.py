@@ -114,6 +114,9 @@ def declared_limits() -> dict[str, Limit]:
 
 
 def _override_limit(row: LimitOverride) -> Limit:
+    """The limit of an override row; :class:`InvalidOption` for a row written by hand
+    with a bad target or value (a claim ignores it, the listings show it)."""
+    parse_target(row.target)
     raw: dict[str, Any] = {}
     if row.concurrency is not None:
         raw["concurrency"] = row.concurrency
@@ -134,8 +137,8 @@ def _read(using: str) -> LimitsView:
     for row in LimitOverride.objects.using(using).all():
         try:
             targets[row.target] = _override_limit(row)
-        except InvalidOption:  # written by hand: ignored, said once per read
-            logger.warning("limit override ignored target=%s (invalid)", row.target)
+        except InvalidOption as exc:  # written by hand: ignored, said once per read
+            logger.warning("limit override ignored target=%r (invalid: %s)", row.target, exc)
     types: dict[str, Limit] = {}
     queues: dict[str, Limit] = {}
     for target, limit in targets.items():
@@ -236,15 +239,30 @@ def limit_rows(using: str) -> list[dict[str, Any]]:
     dicts or None), ``effective`` (the limit dict in force, ``{}``: none),
     ``in_flight`` (``processing`` jobs of the target), ``waiting`` (due jobs of the
     target), ``keys`` (the in-flight count per key, most loaded first, at most 10).
+
+    An override row written by hand with a bad target or value is shown with
+    ``override`` ``{"invalid": <why>}``; the claims ignore it, so ``effective`` is the
+    declared limit (``{}``: none), and a bad target counts no job.
     """
     declared = declared_limits()
     overrides = {row.target: row for row in LimitOverride.objects.using(using).all()}
     rows = []
     for target in sorted(set(declared) | set(overrides)):
         row = overrides.get(target)
-        effective = _override_limit(row) if row is not None else declared[target]
-        kind, name = target.split(":", 1)
-        jobs = Job.objects.using(using).filter(**{"job_type" if kind == "type" else "queue": name})
+        override: dict[str, Any] | None = None
+        effective = declared.get(target, Limit())
+        if row is not None:
+            try:
+                effective = _override_limit(row)
+                override = effective.as_dict()
+            except InvalidOption as exc:
+                override = {"invalid": str(exc)}
+        try:
+            kind, name = parse_target(target)
+        except InvalidOption:
+            kind, name = "", ""
+        column = {"type": "job_type", "queue": "queue"}.get(kind)
+        jobs = Job.objects.using(using).filter(**{column: name} if column else {"pk__in": []})
         running = jobs.filter(status=JobStatus.PROCESSING)
         keys: dict[str, int] = {}
         if effective.partitioned:
@@ -254,7 +272,7 @@ def limit_rows(using: str) -> list[dict[str, Any]]:
             {
                 "target": target,
                 "declared": declared[target].as_dict() if target in declared else None,
-                "override": None if row is None else _override_limit(row).as_dict(),
+                "override": override,
                 "effective": effective.as_dict(),
                 "in_flight": running.count(),
                 "waiting": jobs.due().count(),
