@@ -131,3 +131,24 @@ def test_limits_clear__a_bad_target_is_a_422_naming_it(admin_api, body):
     response = admin_api.post("/sdk/limits/clear", body)
     assert response.status_code == 422, response.json()
     assert response.json()["field"] == "target"
+
+
+@pytest.mark.parametrize("raw", ["[]", '"queue:sms"', "{", "null", '{"target": "queue:\\ud800"}'])
+def test_limits__a_body_that_is_no_limit_object_is_a_4xx(admin_api, raw):
+    response = admin_api.client.post(
+        "/sdk/limits",
+        data=raw,
+        content_type="application/json",
+        headers=admin_api._headers(None),
+    )
+    assert 400 <= response.status_code < 500, response.content
+    assert not LimitOverride.objects.exists()
+
+
+@pytest.mark.parametrize("key", [7, "", "k\x00", ["k"], {"k": 1}, "k" * 10_000])
+def test_enqueue__a_bad_limit_key_is_a_422_naming_it(api, key):
+    body = {"job_type": "limits.run", "queue": "lim", "payload": {}, "limit_key": key}
+    response = api.post("/sdk/jobs", body)
+    assert response.status_code == 422, response.json()
+    assert response.json()["field"] == "limit_key"
+    assert not Job.objects.exists()
