@@ -220,3 +220,33 @@ def test_override__a_row_written_by_hand_is_ignored_and_shown_never_a_crash(
     page = client.get(reverse("django_jobqueue_console:limits"))
     assert page.status_code == 200
     assert "ignored:" in page.content.decode()
+
+
+def test_enqueue__a_declared_partition_takes_every_odd_payload_under_a_documented_key() -> None:
+    from django.test import override_settings
+
+    from django_jobqueue import enqueue_many
+
+    declared = {"QUEUES": {"lim": {"limits": {"concurrency": 1, "partition": "payload.c"}}}}
+    payloads: list[Any] = [
+        {"c": "x" * 500},
+        {"c": {"b": [1, 2], "a": None}},
+        {"c": 1.5},
+        {"c": True},
+        {"c": None},
+        {},
+        [1, 2],
+        "text",
+    ]
+    with override_settings(JOBQUEUE=declared):
+        limits.clear_cache()
+        (one,) = [enqueue_job("lim", "limits.run", {"c": ["list"]})["jid"]]
+        enqueue_many([{"queue": "lim", "job_type": "limits.run", "payload": p} for p in payloads])
+        keys = dict(Job.objects.values_list("jid", "limit_key"))
+        assert keys[one] == '["list"]'
+        assert sorted(keys.values()) == sorted(
+            ['["list"]', "x" * 200, '{"b":[1,2],"a":null}', "1.5", "true", "", "", "", ""]
+        )
+        # One job per key at a time: the five keys, "" once.
+        assert len(claim(20)) == 6
+        assert claim(20) == []

@@ -28,6 +28,7 @@ enqueue. A job with no key (the field is missing) counts under the key "".
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -294,20 +295,37 @@ def _field(payload: Any, path: str) -> Any:
 def partition_key(limit: Limit, payload: Any) -> str:
     """Return ``payload``'s key under ``limit``'s partition ("" when it has none).
 
-    ``payload.<field>`` reads that field (a string, or an integer written in decimal;
-    "" when it is missing); a callable partition is called with the payload.
+    ``payload.<field>`` reads that field (docs/limits.md "Partition keys"): a string as
+    is, an integer in decimal, any other JSON value (a float, a boolean, an object, a
+    list) as its compact JSON text; cut to :data:`MAX_KEY_LENGTH` characters, as the
+    claim's SQL cuts it. A missing field, a null and a payload that is not an object
+    give "". A callable partition is called with the payload.
 
     Raises
     ------
     InvalidOption
-        If the key is longer than :data:`MAX_KEY_LENGTH` characters, or a callable
-        partition answers something other than a string or an integer.
+        If a callable partition answers something other than a string or an integer,
+        or a key longer than :data:`MAX_KEY_LENGTH` characters.
     """
     partition = limit.partition
     if partition is None or partition == "key":
         return ""
-    value = _field(payload, partition) if isinstance(partition, str) else partition(payload)
-    return _key_text(value)
+    if isinstance(partition, str):
+        return _field_text(_field(payload, partition))
+    return _key_text(partition(payload))
+
+
+def _field_text(value: Any) -> str:
+    """A payload field's key: never refused, so a limit never refuses a job."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    else:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text[:MAX_KEY_LENGTH]
 
 
 def _key_text(value: Any) -> str:
