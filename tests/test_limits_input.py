@@ -250,3 +250,17 @@ def test_enqueue__a_declared_partition_takes_every_odd_payload_under_a_documente
         # One job per key at a time: the five keys, "" once.
         assert len(claim(20)) == 6
         assert claim(20) == []
+
+
+def test_command__a_limit_on_an_unregistered_type_is_set_with_a_note() -> None:
+    err = StringIO()
+    out = StringIO()
+    call_command(
+        "jobqueue", "limits", "set", "type:nosuch", "--concurrency", "1", stdout=out, stderr=err
+    )
+    assert "Limit of type:nosuch set" in out.getvalue()
+    assert "no job type 'nosuch' is registered" in err.getvalue()
+    assert LimitOverride.objects.get().target == "type:nosuch"
+    err = StringIO()
+    call_command("jobqueue", "limits", "set", "type:limits.run", "--concurrency", "1", stderr=err)
+    assert err.getvalue() == ""
