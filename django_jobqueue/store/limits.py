@@ -263,7 +263,8 @@ def limit_rows(using: str) -> list[dict[str, Any]]:
         except InvalidOption:
             kind, name = "", ""
         column = {"type": "job_type", "queue": "queue"}.get(kind)
-        jobs = Job.objects.using(using).filter(**{column: name} if column else {"pk__in": []})
+        jobs = Job.objects.using(using).all()
+        jobs = jobs.filter(**{column: name}) if column else jobs.none()
         running = jobs.filter(status=JobStatus.PROCESSING)
         keys: dict[str, int] = {}
         if effective.partitioned:
