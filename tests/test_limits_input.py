@@ -264,3 +264,19 @@ def test_command__a_limit_on_an_unregistered_type_is_set_with_a_note() -> None:
     err = StringIO()
     call_command("jobqueue", "limits", "set", "type:limits.run", "--concurrency", "1", stderr=err)
     assert err.getvalue() == ""
+
+
+@pytest.mark.parametrize("value", ["z" * 300, {"b": 1, "a": [2, 3]}])
+def test_console__a_waiting_jobs_page_names_the_claims_key_for_any_field(value: Any) -> None:
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    held, waiting = (enqueue_job("lim", "limits.run", {"c": value})["jid"] for _ in range(2))
+    limits.set_limit("default", "type:limits.run", {"concurrency": 1, "partition": "payload.c"})
+    assert [job.jid for job in claim()] == [held]
+    client = Client()
+    client.force_login(User.objects.create_user("v", is_staff=True))
+    page = client.get(reverse("django_jobqueue_console:job", args=[waiting])).content.decode()
+    assert "Throttled by limit type:limits.run, key" in page
+    assert "1 of 1 in flight" in page
