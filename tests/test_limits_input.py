@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 from django_jobqueue import enqueue_job, storage
 from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.core.limitspec import parse_limit, parse_target
-from django_jobqueue.models import Job, JobStatus, LimitOverride, LimitState
+from django_jobqueue.models import AuditEntry, Job, JobStatus, LimitOverride, LimitState
 from django_jobqueue.storage_limits import clear_throttled
 from django_jobqueue.store import limits
 
@@ -125,6 +125,7 @@ def test_command__bad_input_is_one_line_and_writes_nothing(args: list[str]) -> N
         call(*args)
     assert "\n" not in str(caught.value)
     assert not LimitOverride.objects.exists()
+    assert not AuditEntry.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -152,6 +153,7 @@ def test_console__a_bad_limit_is_a_message_never_a_500(form: dict[str, str], fie
     response = client.post(reverse("django_jobqueue_console:limit_set"), form, follow=True)
     # Django itself answers 400 to a NUL in a form field; the rest is the form's message.
     assert response.status_code in (200, 400)
+    assert not AuditEntry.objects.exists()
     if response.status_code == 200:
         assert "A limit&#x27;s " + field in response.content.decode() or "A rate must" in (
             response.content.decode()
