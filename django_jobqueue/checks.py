@@ -29,15 +29,25 @@ _VENDOR_MAX_BYTES = {"postgresql": 268_435_455, "sqlite": 1_000_000_000}
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E001: the ``JOBQUEUE`` setting has an unknown key, a bad value or duration."""
+    """E001: the ``JOBQUEUE`` setting has an unknown key, a bad value or duration; a
+    bad ``limits`` entry's hint gives the shape of a limit (docs/limits.md)."""
     return [
         Error(
             problem,
-            hint="See the configuration reference in the README.",
+            hint=_LIMITS_HINT if "['limits']" in problem else _SETTINGS_HINT,
             id="django_jobqueue.E001",
         )
         for problem in validate_settings()
     ]
+
+
+_SETTINGS_HINT = "See the configuration reference in the README."
+_LIMITS_HINT = (
+    'A limit is a dict such as {"concurrency": 10, "rate": "100/s", "burst": 20, '
+    '"partition": "payload.customer_id", "fair": True} (concurrency and burst integers '
+    "from 1 to 1,000,000, a rate N/s, N/m or N/h, a partition payload.<field> or key); "
+    'see docs/limits.md "Declaring a limit".'
+)
 
 
 @register(Tags.database)

@@ -63,8 +63,8 @@ def test_parse_limit__reads_every_key() -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"concurrency": 0}, "concurrency must be an integer >= 1: got 0"),
-        ({"concurrency": True}, "concurrency must be an integer >= 1: got True"),
+        ({"concurrency": 0}, "concurrency must be an integer from 1 to 1,000,000: got 0"),
+        ({"concurrency": True}, "concurrency must be an integer from 1 to 1,000,000: got True"),
         ({"rate": "10/d"}, "A rate must be 'N/s', 'N/m' or 'N/h'"),
         ({"rate": "0/s"}, "A rate must be 'N/s', 'N/m' or 'N/h'"),
         ({"concurrency": 1, "burst": 2}, "burst needs a rate"),
@@ -97,10 +97,10 @@ def test_settings__queue_and_job_type_limits_are_checked() -> None:
     with override_settings(JOBQUEUE=bad):
         problems = validate_settings()
     assert problems == [
-        "JOBQUEUE['QUEUES']['sms']: A rate must be 'N/s', 'N/m' or 'N/h' with N an integer "
-        ">= 1: got 'fast'.",
+        "JOBQUEUE['QUEUES']['sms']['limits']: A rate must be 'N/s', 'N/m' or 'N/h' with N an "
+        "integer >= 1 (at most 1,000,000): got 'fast'.",
         "JOBQUEUE['JOB_TYPES']['a.b']['limits']: A limit's concurrency must be an integer "
-        ">= 1: got '2'.",
+        "from 1 to 1,000,000: got '2'.",
     ]
 
 

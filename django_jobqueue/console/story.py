@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..core.exceptions import InvalidOption
+from django.db import connections
+
+from ..core.limitspec import Limit
 from ..models import AuditEntry, Job, JobStatus, LimitState, Worker
-from ..storage_limits import in_flight
+from ..storage_limits import in_flight, key_sql
 from ..store import limits
 from ..store.audit import entries_for_job
 from ..store.pauses import paused_queues
@@ -182,6 +184,20 @@ def duration(job: Job) -> timedelta | None:
     return None
 
 
+def _claim_key(using: str, limit: Limit, job: Job) -> str:
+    """The key ``job`` counts under for the partitioned ``limit``, read by the claim's
+    own SQL (:func:`~django_jobqueue.storage_limits.key_sql`), so it is the claim's key
+    for every payload value (docs/limits.md "Partition keys"); one read."""
+    if job.limit_key:
+        return job.limit_key
+    sql, params = key_sql(using, limit)
+    table = connections[using].ops.quote_name(Job._meta.db_table)
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT {sql} FROM {table} WHERE id = %s", [*params, job.pk])  # noqa: S608
+        row = cursor.fetchone()
+    return "" if row is None or row[0] is None else str(row[0])
+
+
 def why_waiting(job: Job, now: datetime) -> list[str]:
     """Say why a waiting ``job`` is not running, one sentence per reason (docs/limits.md
     "Visibility"): its ``run_at`` ahead, its queue paused, a limit at its concurrency or
@@ -200,11 +216,7 @@ def why_waiting(job: Job, now: datetime) -> list[str]:
         kind, _sep, name = target.partition(":")
         if (job.job_type if kind == "type" else job.queue) != name:
             continue
-        try:
-            key = job.limit_key or limits.partition_key(limit, job.payload)
-        except InvalidOption:
-            key = ""
-        key = key if limit.partitioned else ""
+        key = _claim_key(using, limit, job) if limit.partitioned else ""
         where = f"limit {target}" + (f", key {key!r}" if limit.partitioned else "")
         if limit.concurrency is not None:
             running = in_flight(using, target, limit, key)

@@ -345,12 +345,17 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             )
             continue
         try:
-            dedupe = options.get("dedupe", defaults.dedupe)
             limits = options.get("limits")
+            limit = None if limits is None else parse_limit(limits, allow_callable=False)
+        except InvalidOption as exc:
+            errors.append(f"JOBQUEUE['QUEUES'][{name!r}]['limits']: {exc}")
+            continue
+        try:
+            dedupe = options.get("dedupe", defaults.dedupe)
             queues[name] = QueueOptions(
                 dedupe=None if dedupe is None else parse_duration(dedupe, name="dedupe"),
                 keep=parse_duration(options.get("keep", defaults.keep), name="keep"),
-                limits=None if limits is None else parse_limit(limits, allow_callable=False),
+                limits=limit,
             )
         except InvalidOption as exc:
             errors.append(f"JOBQUEUE['QUEUES'][{name!r}]: {exc}")

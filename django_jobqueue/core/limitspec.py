@@ -4,16 +4,19 @@ A limit is a dict with any of these keys, the same on every surface (``@job(limi
 a ``JOBQUEUE["JOB_TYPES"]`` or ``JOBQUEUE["QUEUES"]`` entry, ``jobqueue limits set``,
 the gateway, the console):
 
-- ``concurrency``: int >= 1, at most that many jobs of the target ``processing`` at once,
-  fleet-wide (per key with a ``partition``);
-- ``rate``: ``"N/s"``, ``"N/m"`` or ``"N/h"`` (N an integer >= 1): starts per window,
-  enforced by a token bucket (docs/limits.md "Rate");
-- ``burst``: int >= 1, the token bucket's capacity; default: one second's worth of the
-  rate, at least 1;
-- ``partition``: ``"payload.<field>[.<field>...]"``, ``"key"`` (only the ``limit_key=``
-  given at enqueue) or, in code only, a callable ``f(payload) -> str``: the limits apply
-  per key instead of globally;
+- ``concurrency``: int from 1 to 1,000,000, at most that many jobs of the target
+  ``processing`` at once, fleet-wide (per key with a ``partition``);
+- ``rate``: ``"N/s"``, ``"N/m"`` or ``"N/h"`` (N an integer from 1 to 1,000,000): starts
+  per window, enforced by a token bucket (docs/limits.md "Rate");
+- ``burst``: int from 1 to 1,000,000, the token bucket's capacity; default: one second's
+  worth of the rate, at least 1;
+- ``partition``: ``"payload.<field>[.<field>...]"`` (at most 200 characters), ``"key"``
+  (only the ``limit_key=`` given at enqueue) or, in code only, a callable
+  ``f(payload) -> str``: the limits apply per key instead of globally;
 - ``fair``: bool, with a partition: claims rotate across the keys with due jobs.
+
+Every error is an :class:`InvalidLimit` naming the key at fault (``field``), so the
+gateway's 422 and the console's message point at it.
 
 This module is a leaf: it reads no settings and no table.
 """
@@ -27,10 +30,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .exceptions import InvalidOption
+from .validation import text_problem
 
 __all__ = [
     "KEYS",
+    "MAX_COUNT",
     "MAX_KEY_LENGTH",
+    "MAX_PARTITION_LENGTH",
+    "InvalidLimit",
     "Limit",
     "Rate",
     "parse_limit",
@@ -42,9 +49,27 @@ __all__ = [
 KEYS = frozenset({"concurrency", "rate", "burst", "partition", "fair"})
 #: Longest partition key stored on a job (characters); longer ones are refused.
 MAX_KEY_LENGTH = 200
+#: Largest concurrency, burst and rate count: what every surface and column takes.
+MAX_COUNT = 1_000_000
+#: Longest ``partition`` (characters): ``LimitOverride.partition``'s column.
+MAX_PARTITION_LENGTH = 200
+#: Longest name of a target's job type and queue (the jobs' columns).
+_TARGET_LENGTHS = {"type": 200, "queue": 100}
 _WINDOWS_S = {"s": 1, "m": 60, "h": 3600}
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
-_FIELD = re.compile(r"^payload(\.[A-Za-z0-9_\-]+)+$")
+# ASCII digits only (``\d`` takes every script's), at most 7: MAX_COUNT is checked after.
+_RATE = re.compile(r"\A\s*([0-9]{1,7})\s*/\s*([smh])\s*\Z")
+_FIELD = re.compile(r"\Apayload(\.[A-Za-z0-9_\-]+)+\Z")
+
+
+class InvalidLimit(InvalidOption):
+    """A limit or a target is invalid; ``field`` names the key at fault (``"rate"``,
+    ``"target"``, ...; None: the limit as a whole). Nothing was written."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        #: The limit's key at fault (``concurrency``, ``rate``, ``burst``,
+        #: ``partition``, ``fair``, ``target``), or None.
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -121,24 +146,32 @@ class Limit:
 
 
 def parse_rate(value: Any) -> Rate:
-    """Parse ``"N/s"``, ``"N/m"`` or ``"N/h"`` (N an integer >= 1).
+    """Parse ``"N/s"``, ``"N/m"`` or ``"N/h"`` (N an integer from 1 to 1,000,000).
 
     Raises
     ------
-    InvalidOption
-        If ``value`` is not such a string.
+    InvalidLimit
+        If ``value`` is not such a string (``field`` ``"rate"``).
     """
     match = _RATE.match(value) if isinstance(value, str) else None
-    if match is None or int(match.group(1)) < 1:
-        raise InvalidOption(
-            f"A rate must be 'N/s', 'N/m' or 'N/h' with N an integer >= 1: got {value!r}."
+    if match is None or not 1 <= int(match.group(1)) <= MAX_COUNT:
+        shown = value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
+        raise InvalidLimit(
+            "A rate must be 'N/s', 'N/m' or 'N/h' with N an integer >= 1 "
+            f"(at most {MAX_COUNT:,}): got {shown!r}.",
+            field="rate",
         )
     return Rate(count=int(match.group(1)), window_s=_WINDOWS_S[match.group(2)])
 
 
 def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOption(f"A limit's {name} must be an integer >= 1: got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:40] + "..."
+        raise InvalidLimit(
+            f"A limit's {name} must be an integer from 1 to {MAX_COUNT:,}: got {shown}.",
+            field=name,
+        )
     return value
 
 
@@ -155,16 +188,19 @@ def parse_limit(raw: Any, *, allow_callable: bool = True) -> Limit:
 
     Raises
     ------
-    InvalidOption
-        If ``raw`` is not a dict of the known keys, or a value is out of range.
+    InvalidLimit
+        If ``raw`` is not a dict of the known keys, or a value is out of range
+        (``field`` names the key).
     """
     if isinstance(raw, Limit):
         return raw
     if not isinstance(raw, Mapping):
-        raise InvalidOption(f"limits must be a dict with keys among {sorted(KEYS)}: got {raw!r}.")
-    unknown = sorted(set(raw) - KEYS)
+        raise InvalidLimit(f"limits must be a dict with keys among {sorted(KEYS)}: got {raw!r}.")
+    unknown = sorted(set(raw) - KEYS, key=repr)
     if unknown:
-        raise InvalidOption(f"Unknown limit keys {unknown}; the keys are {sorted(KEYS)}.")
+        raise InvalidLimit(
+            f"Unknown limit keys {unknown}; the keys are {sorted(KEYS)}.", field=str(unknown[0])
+        )
     concurrency = raw.get("concurrency")
     if concurrency is not None:
         concurrency = _positive_int(concurrency, "concurrency")
@@ -174,30 +210,41 @@ def parse_limit(raw: Any, *, allow_callable: bool = True) -> Limit:
     if burst is not None:
         burst = _positive_int(burst, "burst")
         if parsed_rate is None:
-            raise InvalidOption("A limit's burst needs a rate.")
+            raise InvalidLimit("A limit's burst needs a rate.", field="burst")
     partition = raw.get("partition")
     if partition is not None:
         if callable(partition) and not isinstance(partition, str):
             if not allow_callable:
-                raise InvalidOption(
+                raise InvalidLimit(
                     "A partition given here must be 'payload.<field>' or 'key'; "
-                    "a callable is only taken by @job(limits=...)."
+                    "a callable is only taken by @job(limits=...).",
+                    field="partition",
                 )
-        elif not isinstance(partition, str) or not (partition == "key" or _FIELD.match(partition)):
-            raise InvalidOption(
-                "A limit's partition must be 'payload.<field>[.<field>...]', 'key' or a "
-                f"callable: got {partition!r}."
+        elif (
+            not isinstance(partition, str)
+            or len(partition) > MAX_PARTITION_LENGTH
+            or not (partition == "key" or _FIELD.match(partition))
+        ):
+            shown = repr(partition)
+            shown = shown if len(shown) <= 60 else shown[:60] + "..."
+            raise InvalidLimit(
+                "A limit's partition must be 'payload.<field>[.<field>...]' (fields of "
+                f"letters, digits, '_' and '-'; at most {MAX_PARTITION_LENGTH} characters), "
+                f"'key' or a callable: got {shown}.",
+                field="partition",
             )
     fair = raw.get("fair", False)
     if not isinstance(fair, bool):
-        raise InvalidOption(f"A limit's fair must be True or False: got {fair!r}.")
+        raise InvalidLimit(f"A limit's fair must be True or False: got {fair!r}.", field="fair")
     if fair and partition is None:
-        raise InvalidOption("A limit's fair needs a partition: it rotates across keys.")
+        raise InvalidLimit(
+            "A limit's fair needs a partition: it rotates across keys.", field="fair"
+        )
     limit = Limit(
         concurrency=concurrency, rate=parsed_rate, burst=burst, partition=partition, fair=fair
     )
     if not limit.active and raw:
-        raise InvalidOption("A limit needs a concurrency or a rate (or both).")
+        raise InvalidLimit("A limit needs a concurrency or a rate (or both).")
     return limit
 
 
@@ -211,15 +258,20 @@ def parse_target(value: Any) -> tuple[str, str]:
 
     Raises
     ------
-    InvalidOption
-        If ``value`` is neither form, or the name is empty or too long (200
-        characters for a job type, 100 for a queue).
+    InvalidLimit
+        If ``value`` is neither form, or the name is empty, too long (200
+        characters for a job type, 100 for a queue) or not storable text (a NUL);
+        ``field`` ``"target"``.
     """
     if isinstance(value, str):
         kind, _sep, name = value.partition(":")
-        longest = {"type": 200, "queue": 100}.get(kind)
-        if longest is not None and 0 < len(name) <= longest:
+        longest = _TARGET_LENGTHS.get(kind)
+        if longest is not None and 0 < len(name) <= longest and text_problem(name) is None:
             return kind, name
-    raise InvalidOption(
-        f"A limit's target must be 'type:<job type>' or 'queue:<queue>': got {value!r}."
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:60] + "..."
+    raise InvalidLimit(
+        "A limit's target must be 'type:<job type>' or 'queue:<queue>' (a job type of at "
+        f"most 200 characters, a queue of at most 100, no NUL): got {shown}.",
+        field="target",
     )

@@ -14,6 +14,7 @@ from ninja import Router, Schema
 from pydantic import ConfigDict, Field, StrictBool, StrictStr
 
 from ..core.exceptions import InvalidOption
+from ..core.limitspec import InvalidLimit
 from ..overview import jobs_database
 from ..store import limits
 from ..store.audit import run_audited
@@ -121,7 +122,7 @@ def limits_set(request: HttpRequest, body: LimitIn) -> Any:
             counts=lambda _limit: {"changed": 1},
         )
     except InvalidOption as exc:
-        field = "target" if "target" in str(exc) else None
+        field = exc.field if isinstance(exc, InvalidLimit) else None
         raise from_jobqueue_error(exc, field=field) from exc
     return {"target": body.target, "effective": limit.as_dict() if limit.active else {}}
 

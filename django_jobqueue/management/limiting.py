@@ -18,6 +18,7 @@ from django_jobqueue.core.limitspec import parse_rate, parse_target
 from django_jobqueue.overview import jobs_database
 from django_jobqueue.store import limits
 from django_jobqueue.store.audit import cli_actor, run_audited
+from django_jobqueue.store.registry import registered_job_types
 
 __all__ = ["arguments", "handle", "write_rows"]
 
@@ -124,6 +125,13 @@ def handle(
             )
             shown = json.dumps(limit.as_dict(), sort_keys=True) if limit.active else "no limit"
             command.stdout.write(f"Limit of {target} set: {shown}.")
+            kind, name = parse_target(target)
+            if kind == "type" and name not in registered_job_types():
+                # Not an error: a gateway worker's job types are not registered here.
+                command.stderr.write(
+                    f"Note: no job type {name!r} is registered in this project; the limit "
+                    "holds for jobs of that type (from a gateway worker, say)."
+                )
         else:
             cleared = run_audited(
                 using,
@@ -169,6 +177,9 @@ def write_rows(command: BaseCommand, rows: list[dict[str, Any]]) -> None:
         concurrency = effective.get("concurrency")
         use = f"{row['in_flight']}/{concurrency}" if concurrency else str(row["in_flight"])
         source = "set" if row["override"] is not None else "declared"
+        if row["override"] is not None and "invalid" in row["override"]:
+            # A row written by hand that the claims ignore (docs/limits.md).
+            source = f"set, ignored: invalid={row['override']['invalid']}"
         command.stdout.write(
             f"{row['target']}: {_describe(effective)} ({source}); in flight {use}, "
             f"due {row['waiting']}"

@@ -28,6 +28,7 @@ enqueue. A job with no key (the field is missing) counts under the key "".
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -41,6 +42,7 @@ from django.db.models import Q
 from ..core.conf import get_config
 from ..core.exceptions import InvalidOption
 from ..core.limitspec import MAX_KEY_LENGTH, Limit, parse_limit, parse_target
+from ..core.validation import text_problem
 from ..models import Job, JobStatus, LimitOverride, LimitState
 from .registry import registered_job_types
 
@@ -113,6 +115,9 @@ def declared_limits() -> dict[str, Limit]:
 
 
 def _override_limit(row: LimitOverride) -> Limit:
+    """The limit of an override row; :class:`InvalidOption` for a row written by hand
+    with a bad target or value (a claim ignores it, the listings show it)."""
+    parse_target(row.target)
     raw: dict[str, Any] = {}
     if row.concurrency is not None:
         raw["concurrency"] = row.concurrency
@@ -133,8 +138,8 @@ def _read(using: str) -> LimitsView:
     for row in LimitOverride.objects.using(using).all():
         try:
             targets[row.target] = _override_limit(row)
-        except InvalidOption:  # written by hand: ignored, said once per read
-            logger.warning("limit override ignored target=%s (invalid)", row.target)
+        except InvalidOption as exc:  # written by hand: ignored, said once per read
+            logger.warning("limit override ignored target=%r (invalid: %s)", row.target, exc)
     types: dict[str, Limit] = {}
     queues: dict[str, Limit] = {}
     for target, limit in targets.items():
@@ -235,15 +240,31 @@ def limit_rows(using: str) -> list[dict[str, Any]]:
     dicts or None), ``effective`` (the limit dict in force, ``{}``: none),
     ``in_flight`` (``processing`` jobs of the target), ``waiting`` (due jobs of the
     target), ``keys`` (the in-flight count per key, most loaded first, at most 10).
+
+    An override row written by hand with a bad target or value is shown with
+    ``override`` ``{"invalid": <why>}``; the claims ignore it, so ``effective`` is the
+    declared limit (``{}``: none), and a bad target counts no job.
     """
     declared = declared_limits()
     overrides = {row.target: row for row in LimitOverride.objects.using(using).all()}
     rows = []
     for target in sorted(set(declared) | set(overrides)):
         row = overrides.get(target)
-        effective = _override_limit(row) if row is not None else declared[target]
-        kind, name = target.split(":", 1)
-        jobs = Job.objects.using(using).filter(**{"job_type" if kind == "type" else "queue": name})
+        override: dict[str, Any] | None = None
+        effective = declared.get(target, Limit())
+        if row is not None:
+            try:
+                effective = _override_limit(row)
+                override = effective.as_dict()
+            except InvalidOption as exc:
+                override = {"invalid": str(exc)}
+        try:
+            kind, name = parse_target(target)
+        except InvalidOption:
+            kind, name = "", ""
+        column = {"type": "job_type", "queue": "queue"}.get(kind)
+        jobs = Job.objects.using(using).all()
+        jobs = jobs.filter(**{column: name}) if column else jobs.none()
         running = jobs.filter(status=JobStatus.PROCESSING)
         keys: dict[str, int] = {}
         if effective.partitioned:
@@ -253,7 +274,7 @@ def limit_rows(using: str) -> list[dict[str, Any]]:
             {
                 "target": target,
                 "declared": declared[target].as_dict() if target in declared else None,
-                "override": None if row is None else _override_limit(row).as_dict(),
+                "override": override,
                 "effective": effective.as_dict(),
                 "in_flight": running.count(),
                 "waiting": jobs.due().count(),
@@ -275,20 +296,37 @@ def _field(payload: Any, path: str) -> Any:
 def partition_key(limit: Limit, payload: Any) -> str:
     """Return ``payload``'s key under ``limit``'s partition ("" when it has none).
 
-    ``payload.<field>`` reads that field (a string, or an integer written in decimal;
-    "" when it is missing); a callable partition is called with the payload.
+    ``payload.<field>`` reads that field (docs/limits.md "Partition keys"): a string as
+    is, an integer in decimal, any other JSON value (a float, a boolean, an object, a
+    list) as its compact JSON text; cut to :data:`MAX_KEY_LENGTH` characters, as the
+    claim's SQL cuts it. A missing field, a null and a payload that is not an object
+    give "". A callable partition is called with the payload.
 
     Raises
     ------
     InvalidOption
-        If the key is longer than :data:`MAX_KEY_LENGTH` characters, or a callable
-        partition answers something other than a string or an integer.
+        If a callable partition answers something other than a string or an integer,
+        or a key longer than :data:`MAX_KEY_LENGTH` characters.
     """
     partition = limit.partition
     if partition is None or partition == "key":
         return ""
-    value = _field(payload, partition) if isinstance(partition, str) else partition(payload)
-    return _key_text(value)
+    if isinstance(partition, str):
+        return _field_text(_field(payload, partition))
+    return _key_text(partition(payload))
+
+
+def _field_text(value: Any) -> str:
+    """A payload field's key: never refused, so a limit never refuses a job."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    else:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text[:MAX_KEY_LENGTH]
 
 
 def _key_text(value: Any) -> str:
@@ -299,9 +337,10 @@ def _key_text(value: Any) -> str:
             f"A limit's partition key must be a string or an integer: got {value!r}."
         )
     text = str(value)
-    if len(text) > MAX_KEY_LENGTH:
+    if len(text) > MAX_KEY_LENGTH or text_problem(text) is not None:
         raise InvalidOption(
-            f"A limit key must be at most {MAX_KEY_LENGTH} characters: got {len(text)}."
+            f"A limit key must be at most {MAX_KEY_LENGTH} characters, without NUL: got "
+            f"{len(text)} characters."
         )
     return text
 
@@ -317,12 +356,20 @@ def enqueue_key(job_type: str, limit: Limit | None, payload: Any, explicit: Any)
     Raises
     ------
     InvalidOption
-        If ``explicit`` is not a string of 1 to 200 characters, or the key is invalid.
+        If ``explicit`` is not a string of 1 to 200 characters without NUL, or the key
+        is invalid.
     """
     if explicit is not None:
-        if not isinstance(explicit, str) or not 0 < len(explicit) <= MAX_KEY_LENGTH:
+        if (
+            not isinstance(explicit, str)
+            or not 0 < len(explicit) <= MAX_KEY_LENGTH
+            or text_problem(explicit) is not None
+        ):
+            shown = repr(explicit)
+            shown = shown if len(shown) <= 60 else shown[:60] + "..."
             raise InvalidOption(
-                f"limit_key must be a string of 1 to {MAX_KEY_LENGTH} characters: got {explicit!r}."
+                f"limit_key must be a string of 1 to {MAX_KEY_LENGTH} characters, without "
+                f"NUL: got {shown}."
             )
         return explicit
     if limit is None or not limit.partitioned:

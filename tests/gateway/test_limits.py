@@ -90,3 +90,65 @@ def test_worker_claim__holds_to_the_limit(api):
     assert len(first.json()["jobs"]) == 1
     second = api.post("/sdk/worker/claim", claim)
     assert second.json()["jobs"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"target": "queue:sms", "rate": "0/s"}, "rate"),
+        ({"target": "queue:sms", "rate": "-1/m"}, "rate"),
+        ({"target": "queue:sms", "rate": "100/x"}, "rate"),
+        ({"target": "queue:sms", "rate": "99999999999/s"}, "rate"),
+        ({"target": "queue:sms", "rate": 5}, "rate"),
+        ({"target": "queue:sms", "rate": "1/s", "burst": 10**12}, "burst"),
+        ({"target": "queue:sms", "concurrency": "3"}, "concurrency"),
+        ({"target": "queue:sms", "concurrency": 1.5}, "concurrency"),
+        ({"target": "queue:sms", "burst": 5}, "burst"),
+        ({"target": "queue:sms", "concurrency": 1, "fair": "yes"}, "fair"),
+        ({"target": "queue:sms", "concurrency": 1, "partition": "payload"}, "partition"),
+        ({"target": "queue:sms", "concurrency": 1, "partition": "payload.a\x00"}, "partition"),
+        ({"target": "type:a\x00b", "concurrency": 1}, "target"),
+        ({"target": "type:" + "t" * 10_000, "concurrency": 1}, "target"),
+        ({"target": "queue:" + "q" * 101, "concurrency": 1}, "target"),
+        ({"target": "type:", "concurrency": 1}, "target"),
+        ({"target": 7, "concurrency": 1}, "target"),
+        ({"concurrency": 1}, "target"),
+        ({"target": "queue:sms", "rate": "1/s" + "x" * 10_000}, "rate"),
+    ],
+)
+def test_limits__every_bad_field_is_a_422_naming_it(admin_api, body, field):
+    response = admin_api.post("/sdk/limits", body)
+    assert response.status_code == 422, response.json()
+    assert response.json()["error"] == "invalid_request"
+    assert field in (response.json()["field"] or ""), response.json()
+    assert not LimitOverride.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body", [{"target": "type:a\x00"}, {"target": "x" * 10_000}, {}, {"target": "sms"}]
+)
+def test_limits_clear__a_bad_target_is_a_422_naming_it(admin_api, body):
+    response = admin_api.post("/sdk/limits/clear", body)
+    assert response.status_code == 422, response.json()
+    assert response.json()["field"] == "target"
+
+
+@pytest.mark.parametrize("raw", ["[]", '"queue:sms"', "{", "null", '{"target": "queue:\\ud800"}'])
+def test_limits__a_body_that_is_no_limit_object_is_a_4xx(admin_api, raw):
+    response = admin_api.client.post(
+        "/sdk/limits",
+        data=raw,
+        content_type="application/json",
+        headers=admin_api._headers(None),
+    )
+    assert 400 <= response.status_code < 500, response.content
+    assert not LimitOverride.objects.exists()
+
+
+@pytest.mark.parametrize("key", [7, "", "k\x00", ["k"], {"k": 1}, "k" * 10_000])
+def test_enqueue__a_bad_limit_key_is_a_422_naming_it(api, key):
+    body = {"job_type": "limits.run", "queue": "lim", "payload": {}, "limit_key": key}
+    response = api.post("/sdk/jobs", body)
+    assert response.status_code == 422, response.json()
+    assert response.json()["field"] == "limit_key"
+    assert not Job.objects.exists()

@@ -257,3 +257,44 @@ def test_race__a_rate_holds_in_every_window_and_a_burst_run_waits_for_its_tokens
     for i, start in enumerate(starts):
         within = sum(1 for other in starts[i:] if other < start + timedelta(seconds=1))
         assert within <= rate + burst
+
+
+@override_settings(JOBQUEUE=RACE)
+def test_race__a_limit_set_then_cleared_under_running_workers_holds_and_strands_nothing() -> None:
+    count = 80
+    with transaction.atomic():
+        results = enqueue_many(
+            [{"queue": "lim", "job_type": "limits.run", "payload": {"s": 0.05}}] * count
+        )
+    jids = {result["jid"] for result in results}
+    workers = run_workers("--processes", "2", "--concurrency", "4", *IDLE_WORKER, wait=False)
+    try:
+        assert wait_for(lambda: RunRecord.objects.count() >= 5)
+        limits.set_limit("default", "type:limits.run", {"concurrency": 1}, by="test")
+        # Lowering a limit does not stop running jobs (docs/limits.md "Changing a limit
+        # at run time"): the bound holds once those have ended and every worker has
+        # read the row again (within a second).
+        running = list(Job.objects.processing().values_list("pk", flat=True))
+        assert wait_for(lambda: not Job.objects.processing().filter(pk__in=running).exists())
+        time.sleep(1.0)
+        before = RunRecord.objects.count()
+        with Sampler(where=" AND job_type = 'limits.run'") as sampler:
+            assert wait_for(
+                lambda: (
+                    RunRecord.objects.count() >= min(before + 10, count) and sampler.samples > 20
+                )
+            )
+        assert sampler.most["*"] <= 1
+        assert limits.clear_limit("default", "type:limits.run") is True
+        assert wait_for(lambda: RunRecord.objects.count() >= count, timeout_s=120)
+        assert wait_for(
+            lambda: Job.objects.filter(status=JobStatus.DONE).count() == count, timeout_s=60
+        )
+    finally:
+        workers.send_signal(signal.SIGTERM)
+        workers.communicate(timeout=120)
+    assert workers.returncode == 0
+    runs = Counter(RunRecord.objects.values_list("jid", flat=True))
+    assert set(runs) == jids  # none stranded
+    assert max(runs.values()) == 1
+    assert not Job.objects.processing().exists()
