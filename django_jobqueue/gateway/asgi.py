@@ -46,7 +46,7 @@ from django.core.asgi import get_asgi_application
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
-from django.db import close_old_connections, reset_queries
+from django.db import close_old_connections, connections, reset_queries
 from django.dispatch import Signal
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import URLPattern, include, path, set_script_prefix
@@ -92,12 +92,17 @@ def _urlconf(prefix: str) -> types.ModuleType:
 
 
 #: Receivers of request_started/request_finished that may run in the event loop: they
-#: touch only the calling thread's connections, and the event loop has none.
+#: touch only the calling thread's connections, and the event loop's thread has none
+#: (the gateway's queries run in its pools' threads).
 _LOOP_SAFE = frozenset({close_old_connections, reset_queries})
 
 
 def _in_loop(signal: Signal, sender: type) -> bool:
-    """Whether every receiver of ``signal`` is one of Django's :data:`_LOOP_SAFE` ones."""
+    """Whether every receiver of ``signal`` is one of Django's :data:`_LOOP_SAFE` ones,
+    and the loop's thread holds no connection for them to check (one opened there by
+    other code, say a test's, would be checked by a query: not from the loop)."""
+    if connections.all(initialized_only=True):
+        return False
     try:
         sync_receivers, async_receivers = signal._live_receivers(sender)
     except (AttributeError, TypeError, ValueError):  # another Django: its own way
