@@ -139,21 +139,14 @@ def _claim(
     view: limits.LimitsView | None,
 ) -> list[Job]:
     lease = timedelta(milliseconds=lease_ms or get_config().LEASE_MS)
-    if view is not None and storage_sql.supported(using):
-        return storage_limits.claim_limited(
-            using,
-            view=view,
-            owner=owner[:200],
-            token=token,
-            limit=limit,
-            queues=queues,
-            exclude_types=exclude_types,
-            exclude_queues=exclude_queues,
-            lease=lease,
-            started=started,
-        )
     if storage_sql.supported(using):
-        return storage_sql.claim_rows(
+        # One statement per vendor; while a limit is active, the limits' claim.
+        claim_rows = (
+            functools.partial(storage_limits.claim_limited, view=view)
+            if view is not None
+            else storage_sql.claim_rows
+        )
+        return claim_rows(
             using,
             owner=owner[:200],
             token=token,
