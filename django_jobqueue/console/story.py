@@ -40,6 +40,9 @@ GATEWAY_OWNER_MARK = "gateway:"
 #: database's, rounded to the millisecond, and this host's.
 CLOCK_SLACK = timedelta(milliseconds=5)
 
+#: Statuses a retried job reaches only by running again.
+RAN_SINCE_RETRY = frozenset({JobStatus.PROCESSING, JobStatus.DONE, JobStatus.MAX_RETRY})
+
 
 @dataclass(frozen=True)
 class Event:
@@ -157,15 +160,19 @@ def timeline(job: Job, audit: list[AuditEntry], now: datetime) -> list[Event]:
     for row in audit:
         events.append(Event(row.at, _action_words(row), "operator"))
     earliest = datetime.min.replace(tzinfo=UTC)
-    # The current attempt began after the last retry that made the job due again (a
-    # retry sets ``attempt`` back to 0), and ended after it began. The audit row's time
-    # is the database's clock and the start may be this host's, each to the
-    # millisecond: within :data:`CLOCK_SLACK` the order of what happened decides.
+    # A retry applies only to a job that is not running, and makes it wait: a job
+    # running, done or dead now began its current attempt after every retry, and
+    # ended after it began. The clocks cannot say so: the audit row's time is the
+    # database's (in PostgreSQL, its transaction's start) and the start may be this
+    # host's, so what happened orders these lines. Any other job (waiting again, or
+    # ended without a run) is ordered by time, within :data:`CLOCK_SLACK`.
     retried = [row.at for row in audit if row.action == "retry" and row.count and row.at]
     last: list[tuple[datetime, int, Event]] = []
     if job.started_at and job.attempt >= 1:
         start = Event(job.started_at, f"attempt {job.attempt} started", "attempt")
         key = job.started_at
+        if job.status in RAN_SINCE_RETRY:
+            key = max([key, *retried])
         for at in retried:
             if key < at <= key + CLOCK_SLACK:
                 key = at

@@ -60,9 +60,9 @@ def flaky(payload: Any, ctx: Any) -> str:
 
 @job("flows.tick", max_retry=5)
 def tick(payload: Any, ctx: Any) -> None:
-    """Record the run and take a few ms: a small job of the SIGKILL drain (retried
-    when its worker is killed under it)."""
+    """Record the run and take 10 ms: a small job of the SIGKILL drain (retried when
+    its worker is killed under it), long enough that the drain outlasts the kills."""
     import time
 
     record(ctx, "tick")
-    time.sleep(0.002)
+    time.sleep(0.01)
