@@ -127,7 +127,11 @@ http {{
 
 
 def start_nginx(directory: Path, port: int, upstream: int) -> subprocess.Popen[bytes]:
-    """Run Debian's nginx as this user on ``port`` in front of ``upstream``."""
+    """Run Debian's nginx as this user on ``port`` in front of ``upstream``.
+
+    Raises SystemExit naming the package when nginx is not installed."""
+    if not os.access(NGINX, os.X_OK):
+        raise SystemExit(f"bench --waits: no {NGINX}; install it: apt-get install nginx-light")
     (directory / "nginx.conf").write_text(
         NGINX_CONF.format(dir=directory, port=port, upstream=upstream)
     )
