@@ -41,6 +41,11 @@ def _key(job: Job) -> claimfloor.Key:
     return (job.priority, job.run_at, job.pk)
 
 
+def _floor(key: claimfloor.Key) -> claimfloor.Key:
+    """Where a claim with its floor at ``key`` starts: the margin below it."""
+    return (key[0], key[1] - claimfloor.LAG, 0)
+
+
 # the policy, no database ---------------------------------------------------------
 
 
@@ -53,12 +58,12 @@ def test_floors__on_after_a_slow_claim_from_the_start_off_after_a_fast_one(
     assert floors.start(FILTERS) is None  # fast: no floor
 
     floors.settle(FILTERS, started=None, first=key, took_ms=claimfloor.SLOW_CLAIM_MS)
-    assert floors.start(FILTERS) == key
+    assert floors.start(FILTERS) == _floor(key)
     later = (100, key[1] + timedelta(seconds=1), 9)
     floors.settle(FILTERS, started=key, first=later, took_ms=0.1)
-    assert floors.start(FILTERS) == later  # moves up with each claim's first row
+    assert floors.start(FILTERS) == _floor(later)  # moves up with each claim's first row
     floors.settle(FILTERS, started=later, first=None, took_ms=0.1)
-    assert floors.start(FILTERS) == later  # an empty claim leaves it where it was
+    assert floors.start(FILTERS) == _floor(later)  # an empty claim leaves it where it was
     assert floors.start(("default", ("other",), (), frozenset())) is None  # per filter set
 
     monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)
@@ -75,7 +80,7 @@ def test_floors__remember_a_bounded_number_of_filter_sets() -> None:
     for n in range(claimfloor.MAX_FILTER_SETS + 5):
         floors.settle(("default", (f"q{n}",)), started=None, first=key, took_ms=1e6)
     assert floors.start(("default", ("q0",))) is None  # the oldest went
-    assert floors.start(("default", (f"q{claimfloor.MAX_FILTER_SETS + 4}",))) == key
+    assert floors.start(("default", (f"q{claimfloor.MAX_FILTER_SETS + 4}",))) == _floor(key)
     assert len(floors._floors) == claimfloor.MAX_FILTER_SETS
 
 
@@ -96,7 +101,29 @@ def test_claim__starts_at_the_first_row_of_the_last_claim_while_claims_are_slow(
     full, floored = _claim_sql(queries)
     assert BOUND not in full
     assert BOUND in floored
-    assert claimfloor.floors.start(FILTERS) == _key(second[0])
+    assert claimfloor.floors.start(FILTERS) == _floor(_key(second[0]))
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_claim__a_job_committed_after_a_claim_with_an_earlier_run_at_is_the_next_claims():
+    # A producer takes its run_at, another job is enqueued and claimed (the floor at
+    # its key), and only then the producer commits: its job sorts just below the
+    # floor. Within the margin the next claim with the floor takes it.
+    enqueue_job(None, "worker.record", {"n": 0})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on
+    late_run_at = timezone.now()
+    enqueue_job(None, "worker.record", {"n": 1})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor at job 1
+    late = enqueue_job(None, "worker.record", {"n": 2}, at=late_run_at)
+    assert Job.objects.get(jid=late.jid).run_at < Job.objects.get(payload={"n": 1}).run_at
+
+    with CaptureQueriesContext(connection) as queries:
+        claimed = storage.claim("default", owner="w", limit=5)
+    assert [job.jid for job in claimed] == [late.jid]
+    (floored,) = _claim_sql(queries)  # found by the floored claim, not a second one
+    assert BOUND in floored
 
 
 @pytest.mark.vendor("postgresql")

@@ -33,9 +33,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-__all__ = ["FULL_CLAIM_EVERY_S", "SLOW_CLAIM_MS", "ClaimFloors", "Key", "floors"]
+__all__ = ["FLOOR_LAG_S", "FULL_CLAIM_EVERY_S", "SLOW_CLAIM_MS", "ClaimFloors", "Key", "floors"]
 
 #: A claim from the start of the index that takes this long (ms) or longer turns
 #: the floor on for its filters: far above a claim's usual 1 ms, far below the
@@ -44,8 +44,16 @@ SLOW_CLAIM_MS = 25.0
 #: While the floor is on, a claim from the start runs at least this often (s): the
 #: longest a job written below the floor waits for a claim that sees it.
 FULL_CLAIM_EVERY_S = 1.0
+#: How far below its floor's ``run_at`` a claim with a floor starts (s): a job whose
+#: producer took its ``run_at`` before a claim ran but committed after it is written
+#: just below that claim's first row. Within this margin the next claim sees it;
+#: further below, it waits for the claim from the start. The margin costs each claim
+#: the dead entries of this many seconds of claims, not of all of them.
+FLOOR_LAG_S = 0.1
 #: Filter sets remembered per process (least recently used dropped first).
 MAX_FILTER_SETS = 64
+
+LAG = timedelta(seconds=FLOOR_LAG_S)
 
 #: (priority, run_at, id) of a job: the claim's order.
 Key = tuple[int, datetime, int]
@@ -68,14 +76,18 @@ class ClaimFloors:
         self._lock = threading.Lock()
 
     def start(self, filters: Hashable) -> Key | None:
-        """Return the key the next claim with ``filters`` may start at; None: the start."""
+        """Return the key the next claim with ``filters`` may start at; None: the start.
+
+        The key is the floor's priority, its ``run_at`` less :data:`FLOOR_LAG_S`, and
+        id 0: the claim's first row, less a margin for jobs committed late."""
         with self._lock:
             floor = self._floors.get(filters)
             if floor is None or not floor.on or floor.key is None or floor.full_due:
                 return None
             if time.monotonic() - floor.last_full >= FULL_CLAIM_EVERY_S:
                 return None
-            return floor.key
+            priority, run_at, _id = floor.key
+            return (priority, run_at - LAG, 0)
 
     def settle(
         self, filters: Hashable, *, started: Key | None, first: Key | None, took_ms: float
