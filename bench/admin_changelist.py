@@ -41,7 +41,9 @@ def ensure_database(url: str) -> None:
         import MySQLdb
 
         conn = MySQLdb.connect(
-            host=parts.hostname or "127.0.0.1", port=parts.port or 3306, user=parts.username or "root"
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 3306,
+            user=parts.username or "root",
         )
         try:
             conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
@@ -107,9 +109,9 @@ EXPRESSIONS = {
     "sqlite": {
         **_MIX,
         "jid": "printf('%%032x', g)",
-        "queue": "json_extract('[\"default\",\"emails\",\"reports\",\"webhooks\"]', "
+        "queue": 'json_extract(\'["default","emails","reports","webhooks"]\', '
         "'$[' || (g %% 4) || ']')",
-        "job_type": "json_extract('[\"emails.send\",\"reports.build\",\"hooks.post\","
+        "job_type": 'json_extract(\'["emails.send","reports.build","hooks.post",'
         "\"maint.noop\",\"images.resize\"]', '$[' || (g %% 5) || ']')",
         "payload": "json_object('n', g, 'to', 'user' || g || '@example.com')",
         "run_at": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '-' || g || ' seconds')",

@@ -1,4 +1,6 @@
-"""Time every console page and the metrics endpoint over a big job table (PostgreSQL, MariaDB or SQLite).
+"""Time every console page and the metrics endpoint over a big job table.
+
+PostgreSQL, MariaDB or SQLite, by ``--url``.
 
 Modelled on bench/admin_changelist.py (whose fill and measure it reuses): a scratch
 database of ``--rows`` jobs, then all but ``--waiting`` of the waiting ones are made
@@ -65,7 +67,7 @@ def fill_stats(minutes: int, keys: int) -> None:
     elif connection.vendor == "sqlite":
         pairs = (
             "strftime('%%Y-%%m-%%d %%H:%%M:00', 'now', '-' || m || ' minutes'), "
-            "json_extract('[\"default\",\"emails\",\"reports\",\"webhooks\"]', "
+            'json_extract(\'["default","emails","reports","webhooks"]\', '
             f"'$[' || (k %% 4) || ']'), 'type' || (k / 4), {values} "
             "FROM (WITH RECURSIVE ms(m) AS (SELECT 0 UNION ALL SELECT m + 1 FROM ms "
             "WHERE m < %s) SELECT m FROM ms), (WITH RECURSIVE ks(k) AS (SELECT 0 UNION ALL "
@@ -143,7 +145,9 @@ def keep_waiting(waiting: int) -> None:
 def main() -> int:
     """Fill (if needed) and time the console pages."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=DEFAULT_URL, help="Scratch PostgreSQL, MariaDB or SQLite database URL.")
+    parser.add_argument(
+        "--url", default=DEFAULT_URL, help="Scratch PostgreSQL, MariaDB or SQLite database URL."
+    )
     parser.add_argument("--rows", type=int, default=1_000_000, help="Jobs in the table.")
     parser.add_argument("--waiting", type=int, default=10_000, help="Waiting jobs among them.")
     parser.add_argument("--repeat", type=int, default=5, help="Timed requests per page.")
