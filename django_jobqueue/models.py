@@ -544,7 +544,7 @@ class AuditEntry(models.Model):
     #: A user name, the operating-system user of the CLI, or a gateway token's name.
     actor = models.CharField(_("who"), max_length=200, blank=True, default="")
     #: A verb: retry, cancel, delete, pause, resume, prune, release, enable, disable,
-    #: run, token_create, token_revoke.
+    #: run, token_create, token_revoke, token_delete.
     action = models.CharField(_("action"), max_length=32)
     #: What was acted on, in words: "job <jid>", "queue emails", "12 jobs".
     target = models.CharField(_("what"), max_length=300, blank=True, default="")

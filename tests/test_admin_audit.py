@@ -89,3 +89,101 @@ def test_changelist__state_filter_in_state_words(admin_client: Client) -> None:
     assert "failed (max_retry)" in html and "waiting (retry)" in html  # the filter's choices
     response = admin_client.get(reverse(CHANGELIST), {"status": "max_retry"})
     assert [job.jid for job in response.context["cl"].result_list] == [dead.jid]
+
+
+def test_token_add_form__writes_a_token_create_row(admin_client: Client) -> None:
+    response = admin_client.post(
+        reverse("admin:django_jobqueue_apitoken_add"),
+        {"name": "deploy", "queues_text": "emails,reports*", "scope_choices": ["produce"]},
+    )
+    assert response.status_code == 302, response.content
+    token = ApiToken.objects.get()
+    entry = AuditEntry.objects.get()
+    assert (entry.source, entry.actor, entry.action, entry.target, entry.count) == (
+        "admin",
+        "boss",
+        "token_create",
+        "token deploy",
+        1,
+    )
+    assert token.prefix not in entry.target  # never the token's text, nor its prefix
+
+
+def test_token_deletes__write_token_delete_rows(admin_client: Client) -> None:
+    issue_token("one", queues=["*"], scopes=["read"])
+    issue_token("two", queues=["*"], scopes=["read"])
+    one = ApiToken.objects.get(name="one")
+    url = reverse("admin:django_jobqueue_apitoken_delete", args=[one.pk])
+    assert admin_client.post(url, {"post": "yes"}).status_code == 302
+    admin_client.post(
+        reverse("admin:django_jobqueue_apitoken_changelist"),
+        {
+            "action": "delete_selected",
+            "_selected_action": [ApiToken.objects.get().pk],
+            "post": "yes",
+        },
+    )
+    assert not ApiToken.objects.exists()
+    rows = list(AuditEntry.objects.order_by("pk").values_list("action", "target", "count"))
+    assert rows == [("token_delete", "tokens one", 1), ("token_delete", "tokens two", 1)]
+
+
+def test_job_page_delete__writes_a_delete_row_and_spares_a_running_job(
+    admin_client: Client,
+) -> None:
+    dead = make_job(status=JobStatus.MAX_RETRY)
+    url = reverse("admin:django_jobqueue_job_delete", args=[dead.pk])
+    assert admin_client.post(url, {"post": "yes"}).status_code == 302
+    assert not Job.objects.filter(pk=dead.pk).exists()
+    entry = AuditEntry.objects.get()
+    assert (entry.source, entry.action, entry.target, entry.count, entry.jids) == (
+        "admin",
+        "delete",
+        f"job {dead.jid}",
+        1,
+        dead.jid,
+    )
+
+    running = make_job(status=JobStatus.PROCESSING)
+    url = reverse("admin:django_jobqueue_job_delete", args=[running.pk])
+    assert admin_client.post(url, {"post": "yes"}).status_code == 403
+    assert Job.objects.filter(pk=running.pk).exists()
+    assert AuditEntry.objects.count() == 1
+
+
+def test_schedule_delete__audited_and_refused_for_a_declared_plan(admin_client: Client) -> None:
+    made = ScheduleJob.objects.create(
+        name="adhoc", queue="default", job_type="maint.noop", cron="1 * * * *", source="api"
+    )
+    declared = ScheduleJob.objects.create(
+        name="nightly", queue="default", job_type="maint.noop", cron="0 3 * * *", source="code"
+    )
+    url = reverse("admin:django_jobqueue_schedulejob_delete", args=[made.pk])
+    assert admin_client.post(url, {"post": "yes"}).status_code == 302
+    url = reverse("admin:django_jobqueue_schedulejob_delete", args=[declared.pk])
+    assert admin_client.post(url, {"post": "yes"}).status_code == 403
+    assert list(ScheduleJob.objects.values_list("name", flat=True)) == ["nightly"]
+    rows = list(AuditEntry.objects.values_list("source", "actor", "action", "target", "count"))
+    assert rows == [("admin", "boss", "delete", "schedule adhoc: 1 * * * *", 1)]
+
+
+def test_schedule_delete_selected__audited_and_refused_with_a_declared_plan(
+    admin_client: Client,
+) -> None:
+    for name, source in (("a", "api"), ("b", "manual"), ("c", "settings")):
+        ScheduleJob.objects.create(
+            name=name, queue="default", job_type="maint.noop", cron="1 * * * *", source=source
+        )
+    changelist = reverse("admin:django_jobqueue_schedulejob_changelist")
+
+    def delete_selected(names: list[str]) -> int:
+        pks = ScheduleJob.objects.filter(name__in=names).values_list("pk", flat=True)
+        data = {"action": "delete_selected", "_selected_action": list(pks), "post": "yes"}
+        return admin_client.post(changelist, data).status_code
+
+    assert delete_selected(["a", "c"]) == 403
+    assert not AuditEntry.objects.exists()
+    assert delete_selected(["a", "b"]) == 302
+    assert list(ScheduleJob.objects.values_list("name", flat=True)) == ["c"]
+    rows = list(AuditEntry.objects.order_by("pk").values_list("action", "target"))
+    assert rows == [("delete", "schedule a: 1 * * * *"), ("delete", "schedule b: 1 * * * *")]

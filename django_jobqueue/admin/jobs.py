@@ -28,7 +28,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from ..enqueue import jobs_database
-from ..models import Job
+from ..models import Job, JobStatus
 from ..operations import act_in_batches
 from ..store.states import state_label
 from .changelist import (
@@ -290,6 +290,25 @@ class JobAdmin(JobButtons):
         if obj is not None:
             return False
         return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        """A running job is not deleted (cancel it first), from its page as from the list."""
+        if obj is not None and obj.status == JobStatus.PROCESSING:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        """Delete one job from its page's "Delete" link, audited as the list's action is."""
+        act_in_batches(
+            Job.objects.using(obj._state.db).filter(pk=obj.pk),
+            "delete",
+            admin_actor(request),
+            target=f"job {obj.jid}",
+        )
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        """Delete the jobs in batches, audited, keeping running ones (as :meth:`delete_jobs`)."""
+        act_in_batches(queryset, "delete", admin_actor(request), target=_SELECTED)
 
     def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
         """Our batched delete replaces Django's, which loads every selected row.

@@ -1,4 +1,5 @@
-"""The Django admin of schedules: read-only, with actions to enable, disable, run now."""
+"""The Django admin of schedules: read-only, with actions to enable, disable, run now;
+a plan made at run time can be deleted, as from the console. Every action is audited."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from django.utils.translation import gettext_lazy as _
 from .. import maintenance
 from ..core.exceptions import UnknownJobType
 from ..models import ScheduleJob
-from ..store.audit import Actor, run_audited
+from ..schedules.editing import delete_plan
+from ..schedules.plans import DECLARED_SOURCES
+from ..store.audit import run_audited
 from ..store.registry import get_job_description
 from .display import hidden, pretty, time_display
+from .jobbuttons import admin_actor
 
 __all__ = ["ScheduleJobAdmin"]
 
@@ -32,7 +36,7 @@ def _audited(
     return run_audited(
         queryset.db,
         lambda: work(queryset),
-        Actor("admin", request.user.get_username()),
+        admin_actor(request),
         action,
         target=target,
         counts=lambda count: {"changed": count},
@@ -48,7 +52,8 @@ def _schedule_is_secure(obj: ScheduleJob) -> bool:
 
 @admin.register(ScheduleJob)
 class ScheduleJobAdmin(admin.ModelAdmin):
-    """Schedules: read-only here, with actions to enable, disable and run now."""
+    """Schedules: read-only here, with actions to enable, disable and run now, and the
+    delete of a plan made at run time (a declared one is paused, not deleted)."""
 
     list_display = (
         "name",
@@ -100,6 +105,26 @@ class ScheduleJobAdmin(admin.ModelAdmin):
         if obj is not None:
             return False
         return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: ScheduleJob | None = None) -> bool:
+        """A plan declared in code or settings is not deleted here: its declaration
+        would bring it back at the next foreman start (pause it instead)."""
+        if obj is not None and obj.source in DECLARED_SOURCES:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def delete_model(self, request: HttpRequest, obj: ScheduleJob) -> None:
+        """Delete the plan as the console and the CLI do: audited, the jobs it made stay."""
+        delete_plan(obj._state.db or "default", obj.name, actor=admin_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ScheduleJob]) -> None:
+        """Delete the selected plans ("Delete selected"), one audited delete each.
+
+        A selection with a declared plan never gets here: Django's delete asks
+        :meth:`has_delete_permission` of every selected row first and refuses (403).
+        """
+        for plan in queryset.exclude(source__in=DECLARED_SOURCES).order_by("name"):
+            self.delete_model(request, plan)
 
     @admin.display(description=_("payload"))
     def payload_display(self, obj: ScheduleJob) -> SafeString:

@@ -2,8 +2,8 @@
 
 Adding a token makes its secret (:func:`django_jobqueue.store.apitokens.issue_token`) and
 shows it once, in the success message; only its hash is stored. Tokens are revoked,
-not edited: queues and scopes are chosen when one is made. Making and revoking are
-written to the audit log (docs/console.md "Audit log").
+not edited: queues and scopes are chosen when one is made. Making, revoking and
+deleting are written to the audit log (docs/console.md "Audit log").
 """
 
 from __future__ import annotations
@@ -137,6 +137,23 @@ class ApiTokenAdmin(admin.ModelAdmin):
             _("Token %(prefix)s... made; copy it now, it is not shown again: %(text)s")
             % {"prefix": row.prefix, "text": text},
             messages.WARNING,
+        )
+
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        """Delete one token from its page's "Delete" link, audited."""
+        self.delete_queryset(request, ApiToken.objects.using(obj._state.db).filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        """Delete the tokens (Django's "Delete selected"), audited as ``token_delete``:
+        a deleted token authenticates no more, as a revoked one."""
+        names = sorted(queryset.values_list("name", flat=True)[:20])
+        run_audited(
+            jobs_database(),
+            lambda: queryset.delete()[1].get(ApiToken._meta.label, 0),
+            Actor("admin", request.user.get_username()),
+            "token_delete",
+            target="tokens " + ", ".join(names),
+            counts=lambda count: {"deleted": count},
         )
 
     @admin.action(description=_("Revoke the selected tokens"), permissions=["delete"])

@@ -3,7 +3,7 @@
 // by `manage.py jobqueue token create`. Every step has a bounded timeout.
 
 import { execFile, spawn } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -21,6 +21,8 @@ export const JOB_TYPES = {
   "ts.lease": { queue: "ts-lease", max_retry: 3 },
   "ts.pause": { queue: "ts-pause" },
   "ts.drain": { queue: "ts-drain" },
+  "ts.bulk": { queue: "ts-bulk", max_retry: 0 },
+  "ts.progress": { queue: "ts-progress" },
 };
 
 function freePort() {
@@ -50,8 +52,9 @@ function manage(env, args, timeout = 90_000) {
  * Start a gateway; resolves `{url, token(options), stop()}` once it answers.
  * `token({scopes, queues, name})` runs `jobqueue token create` and returns the text;
  * `manage(args)` runs another `manage.py` command on the gateway's database.
+ * `jobqueue`: more JOBQUEUE settings for the site (e.g. from {@link proSettings}).
  */
-export async function startGateway() {
+export async function startGateway({ jobqueue = {} } = {}) {
   const dir = await mkdtemp(join(tmpdir(), "jobqueue-ts-"));
   const env = { ...process.env };
   delete env.DATABASE_URL;
@@ -67,6 +70,7 @@ export async function startGateway() {
       LEASE_MS: 10000,
       HEARTBEAT_MS: 500,
       GATEWAY: { JOB_TYPES, CLAIM_POLL_MS: 50 },
+      ...jobqueue,
     }),
     PYTHONUNBUFFERED: "1",
   });
@@ -121,6 +125,29 @@ export async function startGateway() {
   // `manage.py ARGS` on the gateway's database, in a process of its own; resolves its stdout.
   const manageHere = (args) => manage(env, args);
   return { url, env, token, stop, manage: manageHere, log: () => log };
+}
+
+/**
+ * The JOBQUEUE settings of a Pro site: a key pair of the test's own made by
+ * `python -m django_jobqueue.store.licence keygen`, and a licence it `issue`s, valid
+ * until tomorrow (docs/licence.md). Resolves `{LICENCE_KEY, LICENCE_PUBLIC_KEYS}`.
+ */
+export async function proSettings() {
+  const dir = await mkdtemp(join(tmpdir(), "jobqueue-ts-licence-"));
+  const licence = (args) =>
+    new Promise((ok, fail) => {
+      execFile(PYTHON, ["-m", "django_jobqueue.store.licence", ...args], { cwd: REPO, timeout: 30_000 }, (error, stdout, stderr) =>
+        error ? fail(new Error(`licence ${args[0]} failed: ${error.message}\n${stderr}`)) : ok(stdout),
+      );
+    });
+  try {
+    await licence(["keygen", "--out", dir, "--name", "ts"]);
+    const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
+    const key = (await licence(["issue", "--private-key", join(dir, "ts.key"), "--licensee", "TS tests", "--expires", tomorrow])).trim();
+    return { LICENCE_KEY: key, LICENCE_PUBLIC_KEYS: [await readFile(join(dir, "ts.pub"), "utf8")] };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 /** Poll `fn` every 50 ms until it returns a truthy value; reject after `ms`. */
