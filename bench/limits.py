@@ -27,12 +27,12 @@ It prints each rate and the ratios the issue quotes (``global_1000 / unlimited``
 ``--compare TREE`` measures another checkout too (a base commit's ``git archive``,
 say), in the same run: each round drains every scenario with this tree's code and
 with ``TREE``'s, alternately, and prints both sets of ratios. ``--statements`` also
-drains ``--statements-jobs`` jobs in-process per scenario (1 x 4) and prints the SQL
-statements per job (every ``cursor.execute``, a ``BEGIN`` or ``COMMIT`` sent as one
-included) and the round trips per job: statements outside a pipeline, the
-driver's own ``BEGIN`` and ``COMMIT`` (PostgreSQL's psycopg sends each as one),
-and one per pipeline (docs/limits.md "Cost"). The load average is printed at the
-start and the end.
+drains ``--statements-jobs`` jobs in-process per scenario (1 x 4) and prints its rate,
+the process's CPU per job, the SQL statements per job (every ``cursor.execute``, a
+``BEGIN`` or ``COMMIT`` sent as one included) and the round trips per job: statements
+outside a pipeline, the driver's own ``BEGIN`` and ``COMMIT`` (PostgreSQL's psycopg
+sends each as one; MySQLdb's ``SET autocommit`` is not counted), and one per pipeline
+(docs/limits.md "Cost"). The load average is printed at the start and the end.
 """
 
 from __future__ import annotations
@@ -273,13 +273,19 @@ def round_trips(jobs: int) -> dict[str, dict[str, float]]:
             _set(limit)
             fill(jobs, keys)
             counts.update(statements=0, round_trips=0)
+            began, cpu = time.perf_counter(), time.process_time()
             Foreman(ForemanOptions(burst=True, concurrency=4)).run(install_signals=False)
+            wall_s, cpu_s = time.perf_counter() - began, time.process_time() - cpu
             from django_jobqueue.models import Job, JobStatus
 
             done = Job.objects.filter(status=JobStatus.DONE).count()
             if done != jobs:
                 raise SystemExit(f"in-process drain {name}: {done} of {jobs} jobs done")
             out[name] = {key: value / jobs for key, value in counts.items()}
+            # The in-process drain's own rate, and its process's CPU per job (the
+            # workers' Python, not the server's): steadier than wall time under load.
+            out[name]["jobs_per_s"] = jobs / wall_s
+            out[name]["cpu_us_per_job"] = cpu_s / jobs * 1e6
     finally:
         for owner, name, original in reversed(patched):
             setattr(owner, name, original)
@@ -384,9 +390,12 @@ def main() -> None:
                 )
                 per_job = json.loads(proc.stdout.strip().splitlines()[-1])
             for name, figures in per_job.items():
+                ratio = figures["jobs_per_s"] / per_job["unlimited"]["jobs_per_s"]
                 print(
                     f"{tree} {args.db} {name}: {figures['statements']:.2f} statements/job, "
-                    f"{figures['round_trips']:.2f} round trips/job"
+                    f"{figures['round_trips']:.2f} round trips/job, in-process "
+                    f"{figures['jobs_per_s']:,.0f} jobs/s ({ratio:.2f}x unlimited), "
+                    f"{figures['cpu_us_per_job']:.0f} us CPU/job"
                 )
             report["trees"][tree]["per_job"] = per_job
     report["loadavg_end"] = os.getloadavg()

@@ -192,3 +192,18 @@ def test_flights__the_claims_decisions_hold_outside_a_transaction() -> None:
     limits.set_limit("default", "type:limits.run", {"rate": "1/h", "burst": 3})
     assert len(claim(10)) == 3
     assert claim(10) == []
+
+
+def test_flights__a_fair_limit_rotates_its_keys_outside_a_transaction() -> None:
+    # A fair target's candidates are read in rounds over its keys (not in the locks'
+    # flight): tenant B's one job is among the first claim, behind A's backlog.
+    enqueue("A", 30)
+    (b_jid,) = enqueue("B", 1)
+    limits.set_limit(
+        "default",
+        "type:limits.run",
+        {"concurrency": 100, "partition": "payload.customer", "fair": True},
+    )
+    jobs = claim(4)
+    assert b_jid in {job.jid for job in jobs}
+    assert sorted(job.payload["customer"] for job in jobs) == ["A", "A", "A", "B"]
