@@ -23,17 +23,32 @@ It prints each rate and the ratios the issue quotes (``global_1000 / unlimited``
 ``keys_1000 / unlimited`` >= 0.6, ``keys_100_of_100k / keys_100_fresh`` >= 0.9).
 ``--rate N`` instead runs ``--processes`` x 4 workers on jobs of a type limited to
 ``N/s`` for ``--seconds`` and prints the starts per second measured over the window.
+
+``--compare TREE`` measures another checkout too (a base commit's ``git archive``,
+say), in the same run: each round drains every scenario with this tree's code and
+with ``TREE``'s, alternately, and prints both sets of ratios. ``--statements`` also
+drains ``--statements-jobs`` jobs in-process per scenario (1 x 4) and prints its rate,
+the process's CPU per job, the SQL statements per job (every ``cursor.execute``, a
+``BEGIN`` or ``COMMIT`` sent as one included) and the round trips per job: statements
+outside a pipeline, the driver's own ``BEGIN`` and ``COMMIT`` (PostgreSQL's psycopg
+sends each as one; MySQLdb's ``SET autocommit`` is not counted), and one per pipeline
+(docs/limits.md "Cost"). The load average is printed at the start and the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from common import runworkers, setup
+from common import ROOT, env_for, setup
 
 #: The limit keys of the jobs done before a drain (keys ever used): kept by every fill.
 OLD = "old"
@@ -90,12 +105,32 @@ def steady(jobs: int) -> float:
     return jobs / max((span["last"] - span["first"]).total_seconds(), 1e-6)
 
 
-def drain(db: str, layout: str, jobs: int, keys: int | None, limit: dict[str, Any] | None) -> float:
-    """One round: set the limit, fill, drain with runworkers; its steady jobs/s."""
+def drain(
+    db: str,
+    layout: str,
+    jobs: int,
+    keys: int | None,
+    limit: dict[str, Any] | None,
+    root: Path = ROOT,
+) -> float:
+    """One round: set the limit, fill, drain with runworkers of the checkout ``root``;
+    its steady jobs/s."""
     processes, concurrency = layout.split("x")
     _set(limit)
     fill(jobs, keys)
-    proc = runworkers(db, "--burst", "--processes", processes, "--concurrency", concurrency)
+    env = {
+        **env_for(db),
+        "PYTHONPATH": os.pathsep.join([str(root), str(Path(__file__).parent.parent)]),
+    }
+    proc = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "django", "runworkers", "--burst"]
+        + ["--processes", processes, "--concurrency", concurrency],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"runworkers failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return steady(jobs)
@@ -127,29 +162,135 @@ def keys_ever_used(count: int) -> None:
             cursor.execute(f"ANALYZE TABLE {table}")
 
 
-def rounds(db: str, layout: str, jobs: int, repeat: int) -> dict[str, float]:
-    """The medians of every scenario, interleaved round by round."""
+PER_KEY = {"concurrency": 1, "partition": "key"}
+#: The drains of every round: name -> (keys, limit).
+SCENARIOS: dict[str, tuple[int | None, dict[str, Any] | None]] = {
+    "unlimited": (None, None),
+    "global_1000": (None, {"concurrency": 1000}),
+    "keys_1000": (1000, PER_KEY),
+}
+
+
+def rounds(
+    db: str, layout: str, jobs: int, repeat: int, trees: dict[str, Path], *, old_keys: bool = True
+) -> dict[str, dict[str, float]]:
+    """The medians of every scenario per tree (name -> checkout), interleaved round by
+    round and tree by tree."""
     from django_jobqueue.models import LimitState
 
-    per_key = {"concurrency": 1, "partition": "key"}
-    scenarios: dict[str, tuple[int | None, dict[str, Any] | None]] = {
-        "unlimited": (None, None),
-        "global_1000": (None, {"concurrency": 1000}),
-        "keys_1000": (1000, per_key),
-    }
-    rates: dict[str, list[float]] = {name: [] for name in [*scenarios, "keys_100_fresh"]}
-    rates["keys_100_of_100k"] = []
+    names = [*SCENARIOS, "keys_100_fresh", "keys_100_of_100k"]
+    rates: dict[str, dict[str, list[float]]] = {t: {n: [] for n in names} for t in trees}
     for _round in range(repeat):
-        for name, (keys, limit) in scenarios.items():
-            rates[name].append(drain(db, layout, jobs, keys, limit))
-        LimitState.objects.all().delete()
-        rates["keys_100_fresh"].append(drain(db, layout, jobs, 100, per_key))
-    keys_ever_used(100_000)
-    for _round in range(repeat):
-        # The drain clears the jobs: the 100,000 limit rows stay (keys seen before).
-        rates["keys_100_of_100k"].append(drain(db, layout, jobs, 100, per_key))
+        for name, (keys, limit) in SCENARIOS.items():
+            for tree, root in trees.items():
+                rates[tree][name].append(drain(db, layout, jobs, keys, limit, root))
+        if old_keys:
+            for tree, root in trees.items():
+                LimitState.objects.all().delete()
+                rates[tree]["keys_100_fresh"].append(drain(db, layout, jobs, 100, PER_KEY, root))
+    if old_keys:
+        keys_ever_used(100_000)
+        for _round in range(repeat):
+            # The drain clears the jobs: the 100,000 limit rows stay (keys seen before).
+            for tree, root in trees.items():
+                rates[tree]["keys_100_of_100k"].append(drain(db, layout, jobs, 100, PER_KEY, root))
     _set(None)
-    return {name: statistics.median(values) for name, values in rates.items()}
+    return {
+        tree: {name: statistics.median(values) for name, values in by_name.items() if values}
+        for tree, by_name in rates.items()
+    }
+
+
+def round_trips(jobs: int) -> dict[str, dict[str, float]]:
+    """Drain ``jobs`` in-process (1 x 4) per scenario; statements and round trips per job.
+
+    Counted by wrapping Django's cursor (every ``execute``; one inside a psycopg
+    pipeline is no round trip of its own), the connection's commit, psycopg's own
+    ``BEGIN`` (sent before a statement when autocommit is off and no transaction is
+    open) and psycopg's pipelines (one round trip each).
+    """
+    from django.db import connections
+    from django.db.backends import utils
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    counts = {"statements": 0, "round_trips": 0}
+    lock = threading.Lock()
+    patched: list[tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, name: str, make: Any) -> None:
+        original = getattr(owner, name)
+        patched.append((owner, name, original))
+        setattr(owner, name, make(original))
+
+    def pipelined(wrapper: Any) -> bool:
+        raw = getattr(wrapper.db, "connection", None)
+        return getattr(raw, "_pipeline", None) is not None
+
+    def counting_execute(original: Any) -> Any:
+        def execute(self: Any, sql: str, params: Any = None) -> Any:
+            raw = self.db.connection
+            implicit_begin = (
+                self.db.vendor == "postgresql"
+                and not raw.autocommit
+                and raw.info.transaction_status == 0  # IDLE: psycopg sends BEGIN first
+            )
+            with lock:
+                counts["statements"] += 1
+                if not pipelined(self):
+                    counts["round_trips"] += 1 + int(implicit_begin)
+            return original(self, sql, params)
+
+        return execute
+
+    def counting_commit(original: Any) -> Any:
+        def commit(self: Any) -> Any:
+            with lock:
+                counts["round_trips"] += 1
+            return original(self)
+
+        return commit
+
+    for cls in (utils.CursorWrapper, utils.CursorDebugWrapper):
+        patch(cls, "execute", counting_execute)
+    patch(BaseDatabaseWrapper, "commit", counting_commit)
+    if connections["default"].vendor == "postgresql":
+        import psycopg
+
+        def counting_pipeline(original: Any) -> Any:
+            def pipeline(self: Any) -> Any:
+                with lock:
+                    counts["round_trips"] += 1
+                return original(self)
+
+            return pipeline
+
+        patch(psycopg.Connection, "pipeline", counting_pipeline)
+    out: dict[str, dict[str, float]] = {}
+    try:
+        for name, (keys, limit) in SCENARIOS.items():
+            _set(limit)
+            fill(jobs, keys)
+            counts.update(statements=0, round_trips=0)
+            began, cpu = time.perf_counter(), time.process_time()
+            Foreman(ForemanOptions(burst=True, concurrency=4)).run(install_signals=False)
+            wall_s, cpu_s = time.perf_counter() - began, time.process_time() - cpu
+            from django_jobqueue.models import Job, JobStatus
+
+            done = Job.objects.filter(status=JobStatus.DONE).count()
+            if done != jobs:
+                raise SystemExit(f"in-process drain {name}: {done} of {jobs} jobs done")
+            out[name] = {key: value / jobs for key, value in counts.items()}
+            # The in-process drain's own rate, and its process's CPU per job (the
+            # workers' Python, not the server's): steadier than wall time under load.
+            out[name]["jobs_per_s"] = jobs / wall_s
+            out[name]["cpu_us_per_job"] = cpu_s / jobs * 1e6
+    finally:
+        for owner, name, original in reversed(patched):
+            setattr(owner, name, original)
+        _set(None)
+    return out
 
 
 def rate_window(db: str, rate: int, seconds: float, processes: int) -> dict[str, float]:
@@ -196,24 +337,70 @@ def main() -> None:
     parser.add_argument("--rate", type=int, help="Measure this rate (starts/s) instead.")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--compare", type=Path, help="Another checkout, measured alongside.")
+    parser.add_argument("--no-old-keys", action="store_true", help="Skip the 100,000-key drains.")
+    parser.add_argument("--statements", action="store_true")
+    parser.add_argument("--statements-jobs", type=int, default=2000)
+    parser.add_argument("--statements-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     setup(args.db)
+    if args.statements_only:  # this tree's statements, for another run's --compare
+        print(json.dumps(round_trips(args.statements_jobs)))
+        return
+    print(f"load average at start: {os.getloadavg()}")
     if args.rate:
         result = rate_window(args.db, args.rate, args.seconds, args.processes)
         print(f"{args.db} rate {args.rate}/s: measured {result['measured_per_s']:.1f}/s")
         print(json.dumps(result))
         return
-    medians = rounds(args.db, args.layout, args.jobs, args.repeat)
-    ratios = {
-        "global_1000/unlimited": medians["global_1000"] / medians["unlimited"],
-        "keys_1000/unlimited": medians["keys_1000"] / medians["unlimited"],
-        "keys_100_of_100k/keys_100_fresh": medians["keys_100_of_100k"] / medians["keys_100_fresh"],
-    }
-    for name, value in medians.items():
-        print(f"{args.db} {args.layout} {name}: {value:,.0f} jobs/s")
-    for name, value in ratios.items():
-        print(f"{args.db} {name}: {value:.2f}")
-    print(json.dumps({"db": args.db, "layout": args.layout, "rates": medians, "ratios": ratios}))
+    trees = {"this": ROOT}
+    if args.compare is not None:
+        trees["compare"] = args.compare.resolve()
+    medians = rounds(
+        args.db, args.layout, args.jobs, args.repeat, trees, old_keys=not args.no_old_keys
+    )
+    report: dict[str, Any] = {"db": args.db, "layout": args.layout, "trees": {}}
+    for tree, rates in medians.items():
+        ratios = {
+            "global_1000/unlimited": rates["global_1000"] / rates["unlimited"],
+            "keys_1000/unlimited": rates["keys_1000"] / rates["unlimited"],
+        }
+        if "keys_100_of_100k" in rates:
+            ratios["keys_100_of_100k/keys_100_fresh"] = (
+                rates["keys_100_of_100k"] / rates["keys_100_fresh"]
+            )
+        for name, value in rates.items():
+            print(f"{tree} {args.db} {args.layout} {name}: {value:,.0f} jobs/s")
+        for name, value in ratios.items():
+            print(f"{tree} {args.db} {name}: {value:.2f}")
+        report["trees"][tree] = {"root": str(trees[tree]), "rates": rates, "ratios": ratios}
+    if args.statements:
+        for tree, root in trees.items():
+            if tree == "this":
+                per_job = round_trips(args.statements_jobs)
+            else:
+                env = {**os.environ, "JQ_BENCH_ROOT": str(root)}
+                proc = subprocess.run(  # noqa: S603
+                    [sys.executable, __file__, "--db", args.db, "--statements-only"]
+                    + ["--statements-jobs", str(args.statements_jobs)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                per_job = json.loads(proc.stdout.strip().splitlines()[-1])
+            for name, figures in per_job.items():
+                ratio = figures["jobs_per_s"] / per_job["unlimited"]["jobs_per_s"]
+                print(
+                    f"{tree} {args.db} {name}: {figures['statements']:.2f} statements/job, "
+                    f"{figures['round_trips']:.2f} round trips/job, in-process "
+                    f"{figures['jobs_per_s']:,.0f} jobs/s ({ratio:.2f}x unlimited), "
+                    f"{figures['cpu_us_per_job']:.0f} us CPU/job"
+                )
+            report["trees"][tree]["per_job"] = per_job
+    report["loadavg_end"] = os.getloadavg()
+    print(f"load average at end: {report['loadavg_end']}")
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

@@ -596,7 +596,9 @@ class LimitState(models.Model):
     """The lock and the token bucket of one (limit target, key) (docs/limits.md).
 
     A limited claim locks the rows of the (target, key) pairs it claims for
-    (``SELECT ... FOR UPDATE``; SQLite's write transaction), counts the ``processing``
+    (PostgreSQL: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE false``, which makes a
+    missing row and locks it; MariaDB: ``SELECT ... FOR UPDATE``; SQLite's write
+    transaction), counts the ``processing``
     jobs of each, and takes tokens here: no counter of running jobs is kept, so a job
     that ends, is handed back or is reaped frees its slot by leaving ``processing``.
     ``limit_key`` is "" for a limit without a partition. Rows untouched for an hour

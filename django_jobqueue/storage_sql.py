@@ -47,7 +47,13 @@ from .core import prepared
 from .models import Job, JobStatus, QueuePause
 from .store import claimfloor, unique
 
-__all__ = ["claim_rows", "complete_rows", "supported"]
+__all__ = [
+    "claim_rows",
+    "claim_statement",
+    "claimed",
+    "complete_rows",
+    "supported",
+]
 
 _FAST_VENDORS = ("postgresql", "mysql", "sqlite")
 
@@ -173,12 +179,91 @@ def claim_rows(
     vendor = connections[using].vendor
     filters = _due_filter(using, queues, exclude_types, exclude_queues)
     filter_params: list[Any] = [*(queues or ()), *exclude_queues, *exclude_types]
-    table = _q(using, Job._meta.db_table)
-    release = "unique_key_hash = CASE WHEN unique_mode = %s THEN NULL ELSE unique_key_hash END"
     if vendor == "mysql":
         return _claim_mysql(using, owner, token, limit, filters, filter_params, lease, started)
     start: claimfloor.Key | None = None
     filter_set = (using, tuple(queues or ()), tuple(exclude_queues), frozenset(exclude_types))
+    if vendor == "postgresql":
+        # While dead index entries slow the claim, it starts at its floor
+        # (store/claimfloor.py): a bound the claim index positions its scan on.
+        start = claimfloor.floors.start(filter_set)
+        if start is not None:
+            filters += " AND (priority, run_at, id) >= (%s, %s, %s)"
+            filter_params = [*filter_params, *start]
+    sql, params = _claim_statement(
+        using, owner, token, limit, filters, filter_params, lease, started
+    )  # fmt: skip
+    began = time.perf_counter()
+    with prepared.cursor(connections[using]) as cursor:  # the same text each claim
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    jobs = _order(_jobs(using, rows))
+    if vendor == "postgresql":
+        first = (jobs[0].priority, jobs[0].run_at, jobs[0].pk) if jobs else None
+        took_ms = (time.perf_counter() - began) * 1000
+        claimfloor.floors.settle(filter_set, started=start, first=first, took_ms=took_ms)
+        if start is not None and not jobs:
+            # Nothing above the floor proves nothing below it: an empty answer (which
+            # ends a --burst run, and sends a worker to sleep) comes only from the start.
+            claimfloor.floors.expire(filter_set)
+            return claim_rows(
+                using,
+                owner=owner,
+                token=token,
+                limit=limit,
+                queues=queues,
+                exclude_types=exclude_types,
+                lease=lease,
+                exclude_queues=exclude_queues,
+                started=started,
+            )
+    return jobs
+
+
+def claim_statement(
+    using: str,
+    *,
+    owner: str,
+    token: str,
+    limit: int,
+    queues: Sequence[str] | None,
+    exclude_types: Collection[str],
+    lease: timedelta,
+    exclude_queues: Sequence[str] = (),
+    started: bool = True,
+    guard: tuple[str, Sequence[Any]] = ("", ()),
+) -> tuple[str, list[Any]]:
+    """Return the text and parameters of :func:`claim_rows`' one statement.
+
+    PostgreSQL and SQLite only (MariaDB's claim is two statements), without the
+    claim floor. ``guard`` is SQL ANDed to the due filter with its parameters
+    (``" AND ..."``, uncorrelated: a subquery there runs once), so a caller can
+    make the claim take nothing unless it holds (the limits' claim,
+    :mod:`django_jobqueue.storage_limits`). Its rows become jobs by :func:`claimed`.
+    """
+    filters = _due_filter(using, queues, exclude_types, exclude_queues) + guard[0]
+    filter_params: list[Any] = [*(queues or ()), *exclude_queues, *exclude_types, *guard[1]]
+    return _claim_statement(using, owner, token, limit, filters, filter_params, lease, started)
+
+
+def claimed(using: str, rows: Sequence[Sequence[Any]]) -> list[Job]:
+    """The jobs of the rows a :func:`claim_statement` returned, in claim order."""
+    return _order(_jobs(using, rows))
+
+
+def _claim_statement(
+    using: str,
+    owner: str,
+    token: str,
+    limit: int,
+    filters: str,
+    filter_params: list[Any],
+    lease: timedelta,
+    started: bool,
+) -> tuple[str, list[Any]]:
+    vendor = connections[using].vendor
+    table = _q(using, Job._meta.db_table)
+    release = "unique_key_hash = CASE WHEN unique_mode = %s THEN NULL ELSE unique_key_hash END"
     if vendor == "postgresql":
         now = "STATEMENT_TIMESTAMP()"
         set_params: list[Any] = [owner, token, lease]
@@ -190,12 +275,6 @@ def claim_rows(
         guard, pick, picked = "", "= ANY(ARRAY(", " FOR UPDATE SKIP LOCKED))"
         guard_params: list[Any] = []
         now_params: list[Any] = []
-        # While dead index entries slow the claim, it starts at its floor
-        # (store/claimfloor.py): a bound the claim index positions its scan on.
-        start = claimfloor.floors.start(filter_set)
-        if start is not None:
-            filters += " AND (priority, run_at, id) >= (%s, %s, %s)"
-            filter_params = [*filter_params, *start]
     else:  # sqlite: one write statement at a time, no row locks
         stamp = _sqlite_now(using)
         now, lease_sql = "%s", "%s"
@@ -225,31 +304,7 @@ def claim_rows(
         *filter_params,
         limit,
     ]
-    began = time.perf_counter()
-    with prepared.cursor(connections[using]) as cursor:  # the same text each claim
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    jobs = _order(_jobs(using, rows))
-    if vendor == "postgresql":
-        first = (jobs[0].priority, jobs[0].run_at, jobs[0].pk) if jobs else None
-        took_ms = (time.perf_counter() - began) * 1000
-        claimfloor.floors.settle(filter_set, started=start, first=first, took_ms=took_ms)
-        if start is not None and not jobs:
-            # Nothing above the floor proves nothing below it: an empty answer (which
-            # ends a --burst run, and sends a worker to sleep) comes only from the start.
-            claimfloor.floors.expire(filter_set)
-            return claim_rows(
-                using,
-                owner=owner,
-                token=token,
-                limit=limit,
-                queues=queues,
-                exclude_types=exclude_types,
-                lease=lease,
-                exclude_queues=exclude_queues,
-                started=started,
-            )
-    return jobs
+    return sql, params
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django_jobqueue import enqueue_job
 from django_jobqueue.core.exceptions import DuplicateJob
 from django_jobqueue.enqueue import build_job, create_job
-from django_jobqueue.models import Job
+from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.worker.pooler import listen_supported
 from tests.conftest import direct_postgres_url, through_pgbouncer
 from tests.no_duplicate_helpers import JOB_TYPE, race_threads
@@ -158,3 +158,24 @@ def test_foreman_through_the_pooler__says_so_polls_and_stops(pooled: None) -> No
         reader.join(timeout=5)
         proc.stdout.close()
         proc.stderr.close()
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [{"concurrency": 3}, {"concurrency": 1, "partition": "payload.label"}],
+    ids=["global", "per_key"],
+)
+def test_limited_claims_through_the_pooler__drain_once_each(
+    pooled: None, limit: dict[str, object]
+) -> None:
+    # A limited claim's flights hold one transaction open between pipelines
+    # (django_jobqueue/store/flights.py): the pooler keeps its server session.
+    from django_jobqueue.store import limits
+
+    limits.clear_cache()
+    limits.set_limit("default", "type:worker.record", limit)
+    try:
+        drain_once_each(2, 4, 400, timeout_s=240)
+    finally:
+        limits.clear_cache()
+    assert not Job.objects.filter(status=JobStatus.PROCESSING).exists()

@@ -154,6 +154,42 @@ def test_race__in_flight_never_exceeds_a_keys_limit_and_every_job_runs_once() ->
 
 
 @override_settings(JOBQUEUE=RACE)
+def test_race__in_flight_never_exceeds_a_global_limit_and_every_job_runs_once() -> None:
+    # A global concurrency: a claim with room for all it asks is the guarded plain
+    # claim (one flight on PostgreSQL), a bigger one goes by candidates; both race here.
+    processes, threads, count = (8, 4, 2000) if FULL else (4, 4, 400)
+    concurrency = 6
+    limits.set_limit("default", "type:limits.run", {"concurrency": concurrency})
+    with transaction.atomic():
+        results = enqueue_many(
+            [{"queue": "lim", "job_type": "limits.run", "payload": {"s": 0.01}}] * count
+        )
+    jids = {result["jid"] for result in results}
+    with Sampler(where=" AND job_type = 'limits.run'") as sampler:
+        proc = run_workers(
+            "--burst",
+            "--processes", str(processes),
+            "--concurrency", str(threads),
+            *IDLE_WORKER,
+            timeout_s=600,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sampler.samples > 10
+    assert sampler.most["*"] <= concurrency
+    runs = Counter(RunRecord.objects.values_list("jid", flat=True))
+    assert set(runs) == jids  # none lost
+    assert max(runs.values()) == 1  # each ran exactly once
+    events = []
+    for started, finished in Job.objects.values_list("started_at", "finished_at"):
+        events += [(started, 1), (finished, -1)]
+    running = worst = 0
+    for _at, step in sorted(events, key=lambda e: (e[0], e[1])):  # ends before starts
+        running += step
+        worst = max(worst, running)
+    assert worst <= concurrency
+
+
+@override_settings(JOBQUEUE=RACE)
 def test_race__the_sampler_sees_a_stored_key_held_at_its_limit() -> None:
     processes, threads, count = (4, 4, 600)
     limits.set_limit("default", "type:limits.run", {"concurrency": 2, "partition": "key"})

@@ -1,0 +1,209 @@
+"""The limits' claim outside any test transaction (docs/limits.md "How a claim enforces
+the limits"): on PostgreSQL its statements travel in pipelined flights
+(django_jobqueue/store/flights.py), one round trip each; elsewhere one by one.
+
+tests/test_limits.py runs the claim's decisions inside the test's transaction, where
+no flight is pipelined; these run them in the worker's own shape, on every database,
+and pin the round trips on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import OperationalError, connection, connections
+
+from django_jobqueue import enqueue_job, storage
+from django_jobqueue.models import Job, JobStatus, LimitState
+from django_jobqueue.storage_limits import clear_throttled
+from django_jobqueue.store import limits
+from django_jobqueue.store.pauses import paused_queues
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_limits() -> Iterator[None]:
+    limits.clear_cache()
+    clear_throttled()
+    yield
+    limits.clear_cache()
+    clear_throttled()
+
+
+def enqueue(customer: str, count: int, job_type: str = "limits.run", **options: Any) -> list[str]:
+    return [
+        enqueue_job("lim", job_type, {"customer": customer, "n": i}, **options)["jid"]
+        for i in range(count)
+    ]
+
+
+def claim(count: int = 10) -> list[Job]:
+    return storage.claim("default", owner="t", limit=count)
+
+
+class Trips:
+    """Count this connection's statements and round trips (PostgreSQL): a statement
+    outside a pipeline is one, a pipeline is one whatever it holds."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.round_trips = 0
+
+    def reset(self) -> None:
+        """Read the cached views (limits, pauses: half a second each) and count anew."""
+        limits.active("default")
+        paused_queues("default")
+        self.statements.clear()
+        self.round_trips = 0
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        self.statements.append(sql.split(None, 1)[0].upper())
+        if getattr(connection.connection, "_pipeline", None) is None:
+            self.round_trips += 1
+        return execute(sql, params, many, context)
+
+
+@pytest.fixture
+def trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[Trips]:
+    if connection.vendor != "postgresql":
+        pytest.skip("pipelined flights are PostgreSQL's (psycopg 3)")
+    import psycopg
+
+    counted = Trips()
+    original = psycopg.Connection.pipeline
+
+    def pipeline(self: Any) -> Any:
+        counted.round_trips += 1
+        return original(self)
+
+    monkeypatch.setattr(psycopg.Connection, "pipeline", pipeline)
+    with connection.execute_wrapper(counted):
+        yield counted
+
+
+def test_flights__a_global_limit_with_room_claims_in_one_round_trip(trips: Trips) -> None:
+    enqueue("c", 5)
+    limits.set_limit("default", "type:limits.run", {"concurrency": 100})
+    trips.reset()
+    assert len(claim(3)) == 3
+    # BEGIN, the limit's row locked, its jobs counted, the guarded claim, COMMIT.
+    assert trips.statements == ["BEGIN", "INSERT", "SELECT", "UPDATE", "COMMIT"]
+    assert trips.round_trips == 1
+    assert not connection.connection.info.transaction_status  # IDLE: committed
+
+
+def test_flights__a_global_limit_without_room_takes_its_free_slots(trips: Trips) -> None:
+    enqueue("c", 5)
+    limits.set_limit("default", "type:limits.run", {"concurrency": 2})
+    trips.reset()
+    first = claim(10)
+    assert len(first) == 2
+    # The guarded claim took nothing (no room for 10); then the claim by candidates:
+    # the lock, the count and the candidates, then the update and COMMIT.
+    assert trips.round_trips == 3
+    assert claim(10) == []
+    assert storage.complete(first[0])
+    assert len(claim(10)) == 1  # the ended job's slot, once
+    assert Job.objects.filter(status=JobStatus.PROCESSING).count() == 2
+
+
+def test_flights__a_keyed_claim_is_three_round_trips(trips: Trips) -> None:
+    enqueue("a", 3)
+    enqueue("b", 3)
+    limits.set_limit(
+        "default", "type:limits.run", {"concurrency": 1, "partition": "payload.customer"}
+    )
+    trips.reset()
+    jobs = claim(10)
+    assert sorted(j.payload["customer"] for j in jobs) == ["a", "b"]
+    # The count (a hint) and the candidates, the keys' locks and counts, the update.
+    assert trips.round_trips == 3
+    assert set(LimitState.objects.values_list("limit_key", flat=True)) == {"a", "b"}
+
+
+def test_flights__a_failed_flight_rolls_back_and_the_session_claims_again() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("a lock timeout of PostgreSQL's, on a pipelined flight")
+    enqueue("c", 3)
+    limits.set_limit("default", "type:limits.run", {"concurrency": 5})
+    claim(1)  # the limit's row made
+    Job.objects.filter(status=JobStatus.PROCESSING).update(status=JobStatus.DONE)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:  # another session holds the limit's row
+        other = connections.create_connection("default")
+        try:
+            other.set_autocommit(False)
+            with other.cursor() as cursor:
+                cursor.execute(
+                    "SELECT 1 FROM django_jobqueue_limitstate WHERE target = %s FOR UPDATE",
+                    ["type:limits.run"],
+                )
+                held.set()
+                release.wait(30)
+            other.rollback()
+        finally:
+            other.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '100ms'")
+        with pytest.raises(OperationalError):
+            claim(2)
+        # Rolled back whole: nothing claimed, and no transaction left open.
+        assert not Job.objects.filter(status=JobStatus.PROCESSING).exists()
+        assert not connection.connection.info.transaction_status  # IDLE
+    finally:
+        release.set()
+        holder.join(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+    assert len(claim(2)) == 2
+
+
+def test_flights__the_claims_decisions_hold_outside_a_transaction() -> None:
+    # Every database: a queue limit and a type limit, a key's limit and a rate.
+    enqueue("a", 3)
+    enqueue("a", 3, "limits.free")
+    limits.set_limit("default", "queue:lim", {"concurrency": 3})
+    limits.set_limit("default", "type:limits.run", {"concurrency": 1})
+    jobs = claim(10)
+    assert sorted(j.job_type for j in jobs) == ["limits.free", "limits.free", "limits.run"]
+    Job.objects.all().delete()
+    limits.clear_limit("default", "queue:lim")
+    enqueue("a", 4)
+    enqueue("b", 4)
+    limits.set_limit(
+        "default", "type:limits.run", {"concurrency": 2, "partition": "payload.customer"}
+    )
+    jobs = claim(10)
+    assert sorted(j.payload["customer"] for j in jobs) == ["a", "a", "b", "b"]
+    assert claim(10) == []
+    Job.objects.all().delete()
+    enqueue("a", 10)
+    limits.set_limit("default", "type:limits.run", {"rate": "1/h", "burst": 3})
+    assert len(claim(10)) == 3
+    assert claim(10) == []
+
+
+def test_flights__a_fair_limit_rotates_its_keys_outside_a_transaction() -> None:
+    # A fair target's candidates are read in rounds over its keys (not in the locks'
+    # flight): tenant B's one job is among the first claim, behind A's backlog.
+    enqueue("A", 30)
+    (b_jid,) = enqueue("B", 1)
+    limits.set_limit(
+        "default",
+        "type:limits.run",
+        {"concurrency": 100, "partition": "payload.customer", "fair": True},
+    )
+    jobs = claim(4)
+    assert b_jid in {job.jid for job in jobs}
+    assert sorted(job.payload["customer"] for job in jobs) == ["A", "A", "A", "B"]
