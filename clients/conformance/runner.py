@@ -31,7 +31,8 @@ REFERENCE = re.compile(r"\$\{([^}]+)\}")
 ENQUEUE_OPTIONS = frozenset(
     (
         "queue", "priority", "delay", "run_at", "expires_ms", "timeout_ms", "max_retry",
-        "unique_key", "unique_mode", "unique_ttl_ms", "id",
+        "unique_key", "unique_mode", "unique_ttl_ms", "id", "limit_key", "batch", "after",
+        "on_upstream_failure",
     )
 )  # fmt: skip
 #: A class name's language suffix, dropped to give the canonical name.

@@ -34,6 +34,17 @@ type EnqueueOptions struct {
 	UniqueTTLMs *int64 `json:"unique_ttl_ms,omitempty"`
 	// ID: the job holds this id (docs/design.md#ids); a held id is DuplicateJobError.
 	ID string `json:"id,omitempty"`
+	// LimitKey: the key a partitioned limit counts the job under (docs/limits.md).
+	LimitKey string `json:"limit_key,omitempty"`
+	// Batch: an open batch's id the job joins (docs/workflows.md); Enqueue only, not
+	// EnqueueBatch.
+	Batch *int64 `json:"batch,omitempty"`
+	// After: the jids the job waits for (docs/workflows.md); it is "blocked" until
+	// each is done. Enqueue only.
+	After []string `json:"after,omitempty"`
+	// OnUpstreamFailure: what an upstream job's death does to it: "cancel" (the
+	// gateway's default), "skip" or "ignore"; only with After.
+	OnUpstreamFailure string `json:"on_upstream_failure,omitempty"`
 }
 
 // JobSpec is one job of a batch: its type, payload and options.
@@ -59,7 +70,7 @@ type ErrorEntry struct {
 }
 
 // Job is a job by jid (GET /jobs/{jid}). Status is the stored status, State the state
-// word (scheduled, waiting, running, failed, done, cancelled); Payload and Result are
+// word (scheduled, waiting, running, failed, done, cancelled, blocked); Payload and Result are
 // JSON null for a secure job type. Times are ISO 8601 strings, nil when unset.
 type Job struct {
 	JID             string          `json:"jid"`

@@ -11,7 +11,7 @@ module Conformance
   # gateway's JSON.
   module Verbs
     ENQUEUE_OPTIONS = %w(queue priority delay run_at expires_ms timeout_ms max_retry unique_key unique_mode
-      unique_ttl_ms id)
+      unique_ttl_ms id limit_key batch after on_upstream_failure)
     ID_VALUE = %w(value job_type at delay)
 
     def self.call(client : JobQueue::Client, verb : String, args : Hash(String, JSON::Any)) : JSON::Any
@@ -107,7 +107,9 @@ module Conformance
         run_at: opt_text(source, "run_at"), expires_ms: int(source, "expires_ms"),
         timeout_ms: int(source, "timeout_ms"), max_retry: int(source, "max_retry"),
         unique_key: opt_text(source, "unique_key"), unique_mode: opt_text(source, "unique_mode"),
-        unique_ttl_ms: int(source, "unique_ttl_ms"), id: opt_text(source, "id"))
+        unique_ttl_ms: int(source, "unique_ttl_ms"), id: opt_text(source, "id"),
+        limit_key: opt_text(source, "limit_key"), batch: int(source, "batch"),
+        after: opt_strings(source, "after"), on_upstream_failure: opt_text(source, "on_upstream_failure"))
     end
 
     private def self.delay(args : Hash(String, JSON::Any)) : JobQueue::Delay?

@@ -20,7 +20,8 @@ namespace DjangoJobQueue.Conformance
     static class Verbs
     {
         static readonly string[] EnqueueOptionNames = { "queue", "priority", "delay", "run_at", "expires_ms",
-            "timeout_ms", "max_retry", "unique_key", "unique_mode", "unique_ttl_ms", "id" };
+            "timeout_ms", "max_retry", "unique_key", "unique_mode", "unique_ttl_ms", "id", "limit_key", "batch", "after",
+            "on_upstream_failure" };
 
         public static async Task<JsonValue> Call(JobQueueClient client, string verb, JsonObject args)
         {
@@ -151,6 +152,10 @@ namespace DjangoJobQueue.Conformance
                 UniqueMode = OptionalText(source, "unique_mode"),
                 UniqueTtlMs = Number(source, "unique_ttl_ms"),
                 Id = OptionalText(source, "id"),
+                LimitKey = OptionalText(source, "limit_key"),
+                Batch = Number(source, "batch"),
+                After = OptionalStrings(source, "after"),
+                OnUpstreamFailure = OptionalText(source, "on_upstream_failure"),
             };
         }
 

@@ -103,7 +103,7 @@ namespace DjangoJobQueue.Client
     }
 
     /// <summary>
-    /// A job by jid. <c>State</c>: scheduled, waiting, running, failed, done, cancelled; times
+    /// A job by jid. <c>State</c>: scheduled, waiting, running, failed, done, cancelled, blocked; times
     /// are ISO 8601; <c>Payload</c> and <c>Result</c> are null for a secure job type.
     /// </summary>
     public sealed class Job

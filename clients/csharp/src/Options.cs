@@ -76,6 +76,14 @@ namespace DjangoJobQueue.Client
         public long? UniqueTtlMs { get; set; }
         /// <summary>An id the job holds; a held id is a <see cref="DuplicateJobException"/>.</summary>
         public string Id { get; set; }
+        /// <summary>The key a partitioned limit counts the job under (docs/limits.md).</summary>
+        public string LimitKey { get; set; }
+        /// <summary>An open batch's id the job joins (docs/workflows.md); EnqueueAsync only, not a batch.</summary>
+        public long? Batch { get; set; }
+        /// <summary>The jids the job waits for (docs/workflows.md): it is <c>blocked</c> until each is done. EnqueueAsync only.</summary>
+        public IEnumerable<string> After { get; set; }
+        /// <summary>What an upstream job's death does to it: <c>cancel</c> (the default), <c>skip</c> or <c>ignore</c>; with After.</summary>
+        public string OnUpstreamFailure { get; set; }
 
         internal void WriteTo(JsonObject body)
         {
@@ -91,6 +99,10 @@ namespace DjangoJobQueue.Client
             Put.If(body, "unique_mode", UniqueMode);
             Put.If(body, "unique_ttl_ms", UniqueTtlMs);
             Put.If(body, "id", Id);
+            Put.If(body, "limit_key", LimitKey);
+            Put.If(body, "batch", Batch);
+            Put.If(body, "after", After);
+            Put.If(body, "on_upstream_failure", OnUpstreamFailure);
         }
     }
 

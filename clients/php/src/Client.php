@@ -19,7 +19,8 @@ final class Client
 {
     /** The options of an enqueue, in the gateway's JobIn names. */
     public const ENQUEUE_OPTIONS = ['queue', 'priority', 'delay', 'run_at', 'expires_ms', 'timeout_ms',
-        'max_retry', 'unique_key', 'unique_mode', 'unique_ttl_ms', 'id'];
+        'max_retry', 'unique_key', 'unique_mode', 'unique_ttl_ms', 'id', 'limit_key', 'batch', 'after',
+        'on_upstream_failure'];
     public const VERSION = '0.1.0';
 
     /** The gateway's root, ending in "/sdk". */
@@ -62,7 +63,10 @@ final class Client
      * @param array<string, mixed> $options queue, priority (1 runs first), delay ("500ms", "5s",
      *   "1m" or seconds), run_at (DateTimeInterface or ISO 8601 with an offset), expires_ms,
      *   timeout_ms, max_retry, unique_key, unique_mode ("while_locked", "until_executing",
-     *   "until_executed"), unique_ttl_ms, id
+     *   "until_executed"), unique_ttl_ms, id, limit_key (the key a partitioned limit counts it
+     *   under, docs/limits.md), and here only (not in a batch) batch (an open batch's id), after
+     *   (a list of jids it waits for, "blocked" until each is done) and on_upstream_failure
+     *   ("cancel", "skip", "ignore"), docs/workflows.md
      * @return array{status: string, jid: string} status "enqueued" or "deduplicated"
      * @throws Exception\InvalidRequestException (422), Exception\DuplicateJobException (409, a held id),
      *   Exception\ProRequiredException (402), Exception\ForbiddenException (403)

@@ -9,6 +9,7 @@ directory in a virtualenv that has this package and httpx, and nothing else.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import socket
 import subprocess
@@ -71,6 +72,30 @@ class ErrorsWithoutAnAnswerTests(unittest.TestCase):
             with self.assertRaisesRegex(TypeError, "priorty"):
                 jq.enqueue("gw.echo", {}, priorty=3)  # type: ignore[call-arg]
         http.close()
+
+    def test_url__the_sites_root_means_its_sdk_and_a_path_is_kept(self) -> None:
+        seen: list[str] = []
+        bodies: list[object] = []
+
+        def record(request: httpx.Request) -> httpx.Response:
+            seen.append(str(request.url))
+            bodies.append(json.loads(request.content))
+            return httpx.Response(200, json={"status": "enqueued", "jid": "0" * 32})
+
+        http = httpx.Client(transport=httpx.MockTransport(record))
+        for url in ("http://gw.invalid:8000", "http://gw.invalid:8000/", "http://gw.invalid:8000/sdk/",
+                    "http://gw.invalid:8000/jobs-api"):  # fmt: skip
+            Client(url, "jqt_x", http=http).enqueue("gw.echo", {}, limit_key="k", after=("a",))
+        http.close()
+        self.assertEqual(
+            seen,
+            ["http://gw.invalid:8000/sdk/jobs"] * 3 + ["http://gw.invalid:8000/jobs-api/jobs"],
+        )
+        # A tuple of upstream jids is sent as a JSON array, with the limit's key.
+        self.assertEqual(
+            bodies[0],
+            {"job_type": "gw.echo", "payload": {}, "limit_key": "k", "after": ["a"]},
+        )
 
     def test_errors__no_server_is_gateway_unreachable(self) -> None:
         with Client(f"http://127.0.0.1:{free_port()}/sdk", "jqt_x", timeout=2) as jq:

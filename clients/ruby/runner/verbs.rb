@@ -11,7 +11,7 @@ module Conformance
   # gateway's JSON.
   module Verbs
     ENQUEUE_OPTIONS = %w[queue priority delay run_at expires_ms timeout_ms max_retry unique_key
-                         unique_mode unique_ttl_ms id].freeze
+                         unique_mode unique_ttl_ms id limit_key batch after on_upstream_failure].freeze
     ID_VALUE = %w[value job_type at delay].freeze
 
     module_function

@@ -76,6 +76,20 @@ pub struct EnqueueOptions {
     /// An id the job holds; a held id is [`crate::Error::DuplicateJob`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// The key a partitioned limit counts the job under (docs/limits.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_key: Option<String>,
+    /// An open batch's id the job joins (docs/workflows.md); `enqueue` only, not a batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<i64>,
+    /// The jids the job waits for (docs/workflows.md): it is `blocked` until each is
+    /// done. `enqueue` only, not a batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<String>>,
+    /// What an upstream job's death does to it: `cancel` (the default), `skip` or
+    /// `ignore`; with `after`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_upstream_failure: Option<String>,
 }
 
 /// One job of a batch ([`crate::Client::enqueue_batch`]).
@@ -119,7 +133,7 @@ pub struct ErrorEntry {
     pub at: Option<String>,
 }
 
-/// A job by jid. `state`: scheduled, waiting, running, failed, done, cancelled; `payload`
+/// A job by jid. `state`: scheduled, waiting, running, failed, done, cancelled, blocked; `payload`
 /// and `result` are null for a secure job type.
 #[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 pub struct Job {

@@ -19,7 +19,8 @@ const REFERENCE = /\$\{([^}]+)\}/g;
 const ENQUEUE_OPTIONS = {
   queue: "queue", priority: "priority", delay: "delay", run_at: "runAt", expires_ms: "expiresMs",
   timeout_ms: "timeoutMs", max_retry: "maxRetry", unique_key: "uniqueKey", unique_mode: "uniqueMode",
-  unique_ttl_ms: "uniqueTtlMs", id: "id",
+  unique_ttl_ms: "uniqueTtlMs", id: "id", limit_key: "limitKey", batch: "batch", after: "after",
+  on_upstream_failure: "onUpstreamFailure",
 };
 
 class ScenarioError extends Error {}

@@ -59,6 +59,8 @@ export interface EnqueueOptions {
   after?: string[];
   /** With `after`: what an upstream job's death does to this one (default `cancel`). */
   onUpstreamFailure?: UpstreamPolicy;
+  /** The key a partitioned limit counts the job under (docs/limits.md). */
+  limitKey?: string;
 }
 
 /** One job of a batch. */
@@ -263,6 +265,7 @@ function jobBody(jobType: string, payload: unknown, options: EnqueueOptions): Re
     batch: options.batch,
     after: options.after,
     on_upstream_failure: options.onUpstreamFailure,
+    limit_key: options.limitKey,
   });
 }
 

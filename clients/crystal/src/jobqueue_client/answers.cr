@@ -62,7 +62,7 @@ module JobQueue
       str?("status") || ""
     end
 
-    # The state word: scheduled, waiting, running, failed, done, cancelled.
+    # The state word: scheduled, waiting, running, failed, done, cancelled, blocked.
     def state : String
       str?("state") || ""
     end

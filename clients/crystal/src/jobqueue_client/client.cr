@@ -31,17 +31,31 @@ module JobQueue
     getter unique_ttl_ms : Int64?
     # The id the job holds (docs/design.md#ids).
     getter id : String?
+    # The key a partitioned limit counts the job under (docs/limits.md).
+    getter limit_key : String?
+    # An open batch's id the job joins (docs/workflows.md); `enqueue` only, not a batch.
+    getter batch : Int64?
+    # The jids the job waits for (docs/workflows.md): it is "blocked" until each is
+    # done. `enqueue` only, not a batch.
+    getter after : Array(String)?
+    # What an upstream job's death does to it: "cancel" (the default), "skip" or
+    # "ignore"; with `after`.
+    getter on_upstream_failure : String?
 
     def initialize(@job_type : String, payload = nil, *, @queue : String? = nil, priority : Int? = nil,
                    @delay : Delay? = nil, @run_at : Moment? = nil, expires_ms : Int? = nil,
                    timeout_ms : Int? = nil, max_retry : Int? = nil, @unique_key : String? = nil,
-                   @unique_mode : String? = nil, unique_ttl_ms : Int? = nil, @id : String? = nil)
+                   @unique_mode : String? = nil, unique_ttl_ms : Int? = nil, @id : String? = nil,
+                   @limit_key : String? = nil, batch : Int? = nil, after : Enumerable(String)? = nil,
+                   @on_upstream_failure : String? = nil)
       @payload_json = payload.nil? ? nil : payload.to_json
       @priority = priority.try(&.to_i64)
       @expires_ms = expires_ms.try(&.to_i64)
       @timeout_ms = timeout_ms.try(&.to_i64)
       @max_retry = max_retry.try(&.to_i64)
       @unique_ttl_ms = unique_ttl_ms.try(&.to_i64)
+      @batch = batch.try(&.to_i64)
+      @after = after.try(&.to_a)
     end
 
     # The JobIn body.
@@ -62,6 +76,10 @@ module JobQueue
         Client.field(json, "unique_mode", unique_mode)
         Client.field(json, "unique_ttl_ms", unique_ttl_ms)
         Client.field(json, "id", id)
+        Client.field(json, "limit_key", limit_key)
+        Client.field(json, "batch", batch)
+        Client.field(json, "after", after)
+        Client.field(json, "on_upstream_failure", on_upstream_failure)
       end
     end
   end

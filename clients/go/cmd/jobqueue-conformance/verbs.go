@@ -10,7 +10,8 @@ import (
 )
 
 var enqueueOptions = []string{"queue", "priority", "delay", "run_at", "expires_ms", "timeout_ms",
-	"max_retry", "unique_key", "unique_mode", "unique_ttl_ms", "id"}
+	"max_retry", "unique_key", "unique_mode", "unique_ttl_ms", "id", "limit_key", "batch", "after",
+	"on_upstream_failure"}
 
 // known refuses an argument the verb does not take, and a missing required one.
 func known(args map[string]any, optional []string, required ...string) error {

@@ -34,7 +34,12 @@ class EnqueueOptions(TypedDict, total=False):
     """The options of one job, as ``enqueue_job`` takes them (``docs/gateway.md``).
 
     ``delay`` is ``"500ms"``, ``"5s"``, ``"1m"`` or seconds; ``run_at`` an aware
-    datetime (or an ISO 8601 string with an offset); ``*_ms`` are milliseconds.
+    datetime (or an ISO 8601 string with an offset); ``*_ms`` are milliseconds;
+    ``limit_key`` the key a partitioned limit counts the job under (``docs/limits.md``);
+    ``batch`` (an open batch's id), ``after`` (jids the job waits for) and
+    ``on_upstream_failure`` (``"cancel"``, ``"skip"``, ``"ignore"``) link it into a
+    workflow (``docs/workflows.md``): the gateway takes them on one enqueue, not in a
+    batch.
     """
 
     queue: str
@@ -48,6 +53,10 @@ class EnqueueOptions(TypedDict, total=False):
     unique_mode: Literal["while_locked", "until_executing", "until_executed"]
     unique_ttl_ms: int
     id: str
+    limit_key: str
+    batch: int
+    after: Sequence[str]
+    on_upstream_failure: Literal["cancel", "skip", "ignore"]
 
 
 _OPTIONS = frozenset(EnqueueOptions.__annotations__)
@@ -83,7 +92,11 @@ def job_body(job_type: str, payload: Any = None, **options: Any) -> dict[str, An
     body: dict[str, Any] = {"job_type": job_type, "payload": payload}
     for name, value in options.items():
         if value is not None:
-            body[name] = _json_time(value) if name == "run_at" else value
+            if name == "run_at":
+                value = _json_time(value)
+            elif name == "after":
+                value = list(value)
+            body[name] = value
     return body
 
 

@@ -90,7 +90,9 @@ class _Base:
                 f"The gateway URL must be http:// or https:// with a host, got {url!r}: "
                 "write it as http://host:port/sdk."
             )
-        self.url = url.rstrip("/")
+        # The site's root alone is the gateway at its documented mount, /sdk (as the
+        # other languages' clients and jobqueue-worker read it); any path is kept.
+        self.url = url.rstrip("/") if parsed.path.strip("/") else f"{url.rstrip('/')}/sdk"
         self.token = token
         self.timeout = timeout
 
@@ -101,7 +103,8 @@ class Client(_Base):
     Parameters
     ----------
     url:
-        The gateway's base URL, where it is mounted: ``"http://127.0.0.1:8000/sdk"``.
+        The gateway's base URL, where it is mounted: ``"http://127.0.0.1:8000/sdk"``;
+        the site's root alone (``"http://127.0.0.1:8000"``) means its ``/sdk``.
     token:
         An API token (``jqt_...``) with the scopes the calls need.
     timeout:

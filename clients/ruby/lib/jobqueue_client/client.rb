@@ -18,7 +18,8 @@ module JobQueue
   class Client
     # The options of an enqueue, in the gateway's JobIn names.
     ENQUEUE_OPTIONS = %i[queue priority delay run_at expires_ms timeout_ms max_retry
-                         unique_key unique_mode unique_ttl_ms id].freeze
+                         unique_key unique_mode unique_ttl_ms id limit_key batch after
+                         on_upstream_failure].freeze
 
     # The gateway's root, ending in "/sdk" (String).
     attr_reader :base_url
@@ -43,7 +44,11 @@ module JobQueue
     # Enqueue one job. payload: any JSON value. Options (keywords): queue, priority
     # (1 runs first), delay ("500ms", "5s", "1m" or seconds), run_at (Time or ISO 8601
     # with an offset), expires_ms, timeout_ms, max_retry, unique_key, unique_mode
-    # ("while_locked", "until_executing", "until_executed"), unique_ttl_ms, id.
+    # ("while_locked", "until_executing", "until_executed"), unique_ttl_ms, id,
+    # limit_key (the key a partitioned limit counts it under, docs/limits.md), and on
+    # this call only (not in a batch) batch (an open batch's id), after (an Array of
+    # jids it waits for, "blocked" until each is done) and on_upstream_failure
+    # ("cancel", "skip", "ignore"), docs/workflows.md.
     # Returns {"status" => "enqueued"|"deduplicated", "jid" => String}.
     # Raises InvalidRequest (422), DuplicateJob (409, a held id), ProRequired (402), Forbidden (403).
     def enqueue(job_type, payload = nil, **options)

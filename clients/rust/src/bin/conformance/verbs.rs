@@ -19,6 +19,10 @@ const ENQUEUE_OPTIONS: &[&str] = &[
     "unique_mode",
     "unique_ttl_ms",
     "id",
+    "limit_key",
+    "batch",
+    "after",
+    "on_upstream_failure",
 ];
 
 /// A call's outcome: the answer, the client's typed error, or a scenario mistake.
@@ -221,6 +225,13 @@ fn enqueue_options(args: &Map<String, Value>) -> Result<EnqueueOptions, String> 
         unique_mode: optional_text(source, "unique_mode"),
         unique_ttl_ms: number(source, "unique_ttl_ms"),
         id: optional_text(source, "id"),
+        limit_key: optional_text(source, "limit_key"),
+        batch: number(source, "batch"),
+        after: match source.get("after") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(strings(value)?),
+        },
+        on_upstream_failure: optional_text(source, "on_upstream_failure"),
     })
 }
 

@@ -24,7 +24,8 @@ final class Verbs {
     static final ObjectMapper JSON = new ObjectMapper();
 
     private static final Set<String> ENQUEUE_OPTIONS = Set.of("queue", "priority", "delay", "run_at", "expires_ms",
-            "timeout_ms", "max_retry", "unique_key", "unique_mode", "unique_ttl_ms", "id");
+            "timeout_ms", "max_retry", "unique_key", "unique_mode", "unique_ttl_ms", "id", "limit_key", "batch", "after",
+            "on_upstream_failure");
 
     private Verbs() {}
 
@@ -170,6 +171,14 @@ final class Verbs {
         if (has(source, "unique_mode")) options.uniqueMode(text(source, "unique_mode"));
         if (has(source, "unique_ttl_ms")) options.uniqueTtlMs(source.get("unique_ttl_ms").asLong());
         if (has(source, "id")) options.id(text(source, "id"));
+        if (has(source, "limit_key")) options.limitKey(text(source, "limit_key"));
+        if (has(source, "batch")) options.batch(source.get("batch").asLong());
+        if (has(source, "after")) {
+            List<String> jids = new ArrayList<>();
+            source.get("after").forEach(jid -> jids.add(jid.asText()));
+            options.after(jids);
+        }
+        if (has(source, "on_upstream_failure")) options.onUpstreamFailure(text(source, "on_upstream_failure"));
         return options;
     }
 

@@ -2,6 +2,7 @@ package org.djangojobqueue.client;
 
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.time.OffsetDateTime;
+import java.util.List;
 
 /**
  * The options of one job, as {@code enqueue_job} takes them (docs/gateway.md, "JobIn");
@@ -20,6 +21,10 @@ public final class EnqueueOptions {
     private String uniqueMode;
     private Long uniqueTtlMs;
     private String id;
+    private String limitKey;
+    private Long batch;
+    private List<String> after;
+    private String onUpstreamFailure;
 
     /** The queue (default: the job type's, else {@code default}). */
     public EnqueueOptions queue(String queue) { this.queue = queue; return this; }
@@ -60,6 +65,21 @@ public final class EnqueueOptions {
     /** An id the job holds; a held id is a {@link GatewayException.DuplicateJob}. */
     public EnqueueOptions id(String id) { this.id = id; return this; }
 
+    /** The key a partitioned limit counts the job under (docs/limits.md). */
+    public EnqueueOptions limitKey(String key) { this.limitKey = key; return this; }
+
+    /** An open batch's id the job joins (docs/workflows.md); {@link Client#enqueue} only, not a batch. */
+    public EnqueueOptions batch(long batchId) { this.batch = batchId; return this; }
+
+    /**
+     * The jids the job waits for (docs/workflows.md): it is {@code blocked} until each is done.
+     * {@link Client#enqueue} only, not a batch.
+     */
+    public EnqueueOptions after(List<String> jids) { this.after = List.copyOf(jids); return this; }
+
+    /** What an upstream job's death does to it: {@code cancel} (default), {@code skip} or {@code ignore}; with {@link #after}. */
+    public EnqueueOptions onUpstreamFailure(String policy) { this.onUpstreamFailure = policy; return this; }
+
     /** Write the options that are set into {@code body}, in the gateway's names. */
     void writeTo(ObjectNode body) {
         Json.putIf(body, "queue", queue);
@@ -73,5 +93,9 @@ public final class EnqueueOptions {
         Json.putIf(body, "unique_mode", uniqueMode);
         Json.putIf(body, "unique_ttl_ms", uniqueTtlMs);
         Json.putIf(body, "id", id);
+        Json.putIf(body, "limit_key", limitKey);
+        Json.putIf(body, "batch", batch);
+        Json.putIf(body, "after", after);
+        Json.putIf(body, "on_upstream_failure", onUpstreamFailure);
     }
 }

@@ -6,7 +6,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 
 /**
  * A job by jid ({@code GET /sdk/jobs/{jid}}). {@code status} is the stored status,
- * {@code state} one of scheduled, waiting, running, failed, done, cancelled. Times are
+ * {@code state} one of scheduled, waiting, running, failed, done, cancelled, blocked. Times are
  * ISO 8601 strings; {@code payload} and {@code result} are JSON null for a secure job type.
  */
 @JsonIgnoreProperties(ignoreUnknown = true)
