@@ -128,7 +128,7 @@ def overview(using: str, now: datetime | None = None) -> list[QueueRow]:
 
     jobs = Job.objects.using(using).order_by()
     waiting = (
-        jobs.filter(waiting=True)
+        jobs.filter(states.is_waiting())
         .annotate(
             due=Case(When(run_at__lte=Now(), then=Value(1)), default=Value(0)),
         )
@@ -146,7 +146,9 @@ def overview(using: str, now: datetime | None = None) -> list[QueueRow]:
         else:
             target.scheduled += number
     oldest = (
-        jobs.filter(waiting=True, run_at__lte=Now()).values_list("queue").annotate(m=Min("run_at"))
+        jobs.filter(states.is_waiting(), run_at__lte=Now())
+        .values_list("queue")
+        .annotate(m=Min("run_at"))
     )
     for queue, run_at in oldest:
         row(queue).oldest_waiting_s = max(0.0, (now - run_at).total_seconds())

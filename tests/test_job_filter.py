@@ -12,6 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from django_jobqueue.core.validation import hold_hash
 from django_jobqueue.models import AuditEntry, Job, JobStatus
 from django_jobqueue.store.jobfilter import FilterError, filter_jobs, parse_filter
 from tests.maintenance_helpers import make_job
@@ -75,6 +76,29 @@ def test_payload_terms__match_typed_values_on_every_database(jobs: dict[str, Job
     assert selected("payload.vip:true") == {jobs["billing"].jid}
     assert selected("payload.customer_id:42 state:failed queue:mail") == {jobs["dead"].jid}
     assert selected("payload.customer_id:43") == set()
+
+
+def test_bare_words__match_a_jid_a_held_id_in_any_queue_or_a_primary_key(jobs: dict[str, Job]):
+    """A bare word is found by jid, by held id (its hash, in every queue that holds it)
+    or as a primary key; words are alternatives, other terms still narrow them; an id
+    whose hold ended (hash NULL) no longer matches."""
+    held = {
+        queue: make_job(queue=queue, job_id="invoice-7", job_id_hash=hold_hash("invoice-7"))
+        for queue in ("mail", "billing")
+    }
+    make_job(queue="mail", job_id="invoice-8", job_id_hash=None)  # its hold ended
+    assert selected("invoice-7") == {held["mail"].jid, held["billing"].jid}
+    assert selected("invoice-7 queue:billing") == {held["billing"].jid}
+    assert selected("invoice-8") == set()
+    assert selected(f"invoice-7 {jobs['old'].jid} {jobs['dead'].pk}") == {
+        held["mail"].jid,
+        held["billing"].jid,
+        jobs["old"].jid,
+        jobs["dead"].jid,
+    }
+    assert selected(f"{jobs['old'].jid} state:failed") == set()
+    assert selected("no-such-job") == set()
+    assert selected("999999999") == set()
 
 
 @pytest.mark.parametrize(
