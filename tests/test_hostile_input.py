@@ -7,6 +7,8 @@ once leaked a raw database or Python error on at least one of the three database
 
 from __future__ import annotations
 
+import logging
+
 import base64
 import io
 import json
@@ -115,12 +117,18 @@ def test_ids__bad_input_is_a_typed_error_and_writes_nothing(case: str) -> None:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("kind", ["nul", "surrogate", "deep"])
-def test_worker__unstorable_result_fails_the_job_for_good_at_once(kind: str) -> None:
+def test_worker__unstorable_result_fails_the_job_for_good_at_once(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     jid = enqueue_job("adv", "adv.echo", {"result": kind}).jid
-    outcomes = drain(["adv"], concurrency=1)
+    with caplog.at_level(logging.ERROR, logger="django_jobqueue"):
+        outcomes = drain(["adv"], concurrency=1)
     job = Job.objects.get(jid=jid)
     assert (outcomes, job.status, job.attempt) == ({"error": 1}, JobStatus.ERROR, 1)
     assert "not JSON" in job.message
+    # The worker's log says why, at ERROR, as for a handler that raised.
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert f"job failed jid={jid}" in line and "not JSON" in line
 
 
 @pytest.mark.django_db(transaction=True)

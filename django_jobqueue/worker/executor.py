@@ -394,16 +394,25 @@ def store_outcome(
             status,
             exc_info=None if job.secure else error,
         )
-    elif isinstance(problem, PayloadTooLarge):  # JSON, but over MAX_RESULT_BYTES
-        status = storage.fail(job, problem, message=str(problem), retryable=False, run_ms=run_ms)
-    elif problem is not None:  # the result is not JSON
-        status = storage.fail(
-            job,
-            problem,
-            message=f"the handler's result is not JSON ({type(problem).__name__}); "
-            "return dicts, lists, strings, numbers, booleans or None",
-            retryable=False,
-            run_ms=run_ms,
+    elif problem is not None:  # not JSON, or JSON over MAX_RESULT_BYTES
+        if isinstance(problem, PayloadTooLarge):
+            message = str(problem)
+        else:
+            message = (
+                f"the handler's result is not JSON ({type(problem).__name__}); "
+                "return dicts, lists, strings, numbers, booleans or None"
+            )
+        status = storage.fail(job, problem, message=message, retryable=False, run_ms=run_ms)
+        # The handler ran to its end: without this line the job's end says only
+        # status=error, and the reason is on the job's page alone.
+        logger.error(
+            "job failed jid=%s type=%s attempt=%s status=%s: %s: %r",
+            job.jid,
+            job.job_type,
+            job.attempt,
+            status,
+            message,
+            problem,  # repr: the encoder's words may quote the odd value itself
         )
     elif completer is not None:
         completer.submit(
