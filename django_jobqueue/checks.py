@@ -147,7 +147,8 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
                         f"SQLite database {alias!r} does not use transaction_mode IMMEDIATE, so "
                         "concurrent workers fail more often with 'database is locked' and retry.",
                         hint="Set DATABASES[...]['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', "
-                        "'timeout': 20}.",
+                        "'timeout': 20, 'init_command': 'PRAGMA journal_mode=WAL;'} (README, "
+                        "Quickstart).",
                         id="django_jobqueue.W202",
                     )
                 )
