@@ -7,11 +7,10 @@ once leaked a raw database or Python error on at least one of the three database
 
 from __future__ import annotations
 
-import logging
-
 import base64
 import io
 import json
+import logging
 from datetime import timedelta
 from typing import Any
 
