@@ -9,7 +9,9 @@ and pin the round trips on PostgreSQL.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -167,6 +169,62 @@ def test_flights__a_failed_flight_rolls_back_and_the_session_claims_again() -> N
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = 0")
     assert len(claim(2)) == 2
+
+
+def test_flights__a_session_killed_mid_flight_is_repeated_on_a_new_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The claim waits in its first flight for the limit's row, held by another
+    # session; its own session is terminated there. The lost flight leaves the
+    # connection broken for retry_on_disconnect, which claims once more on a new one.
+    if connection.vendor != "postgresql":
+        pytest.skip("pipelined flights are PostgreSQL's (psycopg 3)")
+    caplog.set_level(logging.WARNING, logger="django_jobqueue.core.reconnect")
+    enqueue("c", 3)
+    limits.set_limit("default", "type:limits.run", {"concurrency": 5})
+    claim(1)  # the limit's row made
+    Job.objects.filter(status=JobStatus.PROCESSING).update(status=JobStatus.DONE)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (session,) = cursor.fetchone()
+    held = threading.Event()
+
+    def hold() -> None:  # another session holds the limit's row until the kill
+        other = connections.create_connection("default")
+        try:
+            other.set_autocommit(False)
+            with other.cursor() as cursor:
+                cursor.execute(
+                    "SELECT 1 FROM django_jobqueue_limitstate WHERE target = %s FOR UPDATE",
+                    ["type:limits.run"],
+                )
+                held.set()
+                # The claim's session waits on this row: end it, then let go.
+                for _ in range(300):
+                    cursor.execute(
+                        "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted",
+                        [session],
+                    )
+                    if cursor.fetchone()[0]:
+                        break
+                    time.sleep(0.01)
+                cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [session])
+            other.rollback()
+        finally:
+            other.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        limits.active("default")  # the cached views read before the kill
+        paused_queues("default")
+        jobs = claim(2)
+    finally:
+        holder.join(30)
+    assert len(jobs) == 2
+    assert Job.objects.filter(status=JobStatus.PROCESSING).count() == 2
+    assert [r for r in caplog.records if r.name == "django_jobqueue.core.reconnect"]
 
 
 def test_flights__the_claims_decisions_hold_outside_a_transaction() -> None:

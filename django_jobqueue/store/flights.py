@@ -111,16 +111,29 @@ class Flights:
         return answers[len(begin) : len(sent) - len(end)]
 
     def rollback(self) -> None:
-        """Roll back an open pipelined transaction (a dead session: close it)."""
+        """Roll back an open pipelined transaction.
+
+        A dead session is left as it is, closed or broken in psycopg's eyes: the
+        server rolled it back, and the caller's
+        :func:`~django_jobqueue.core.reconnect.retry_on_disconnect` tells the
+        disconnect by that state (a pipeline's error of a lost socket carries no
+        SQLSTATE) and repeats the claim on a new connection. A live session whose
+        ROLLBACK failed is closed: its transaction state is unknown.
+        """
         if not self.open:
             return
         self.open = False
         conn = connections[self.using]
+        raw = conn.connection
+        if raw is not None and (raw.closed or getattr(raw, "broken", False)):
+            return
         try:
             with conn.cursor() as cursor:
                 cursor.execute("ROLLBACK")
-        except Exception:  # noqa: BLE001 (a dead session: the server rolled it back)
-            conn.close()
+        except Exception:  # noqa: BLE001 (the session's state is unknown: drop it)
+            raw = conn.connection
+            if raw is None or not (raw.closed or getattr(raw, "broken", False)):
+                conn.close()
 
 
 @contextlib.contextmanager

@@ -281,3 +281,43 @@ def test_retry_on_disconnect__never_inside_the_callers_transaction() -> None:
         in_thread(scenario)
     assert calls == []  # the one call failed, and was not repeated
     assert raised.type.__name__ in {"OperationalError", "InterfaceError"}
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [{"concurrency": 100}, {"concurrency": 1, "partition": "payload.label"}],
+    ids=["global-room", "keyed"],
+)
+def test_limited_claim_after_a_disconnect__claims_once_on_a_new_connection(
+    caplog: pytest.LogCaptureFixture, limit: dict[str, Any]
+) -> None:
+    # Under a limit the claim's statements travel in flights (store/flights.py),
+    # pipelined on PostgreSQL: a flight that meets the dead session must leave it for
+    # the repeat, as the plain claim's statement does, not fail the claim.
+    from django_jobqueue.store import limits
+    from django_jobqueue.store.pauses import paused_queues
+
+    caplog.set_level(logging.WARNING, logger="django_jobqueue.core.reconnect")
+    jids = {enqueue_job(None, "worker.record", {"label": str(i)})["jid"] for i in range(3)}
+    limits.set_limit("default", "type:worker.record", limit)
+
+    def scenario() -> list[Job]:
+        limits.clear_cache()
+        # The claim's cached views read now, so its first statement on the dead
+        # session is the limited claim's own (the views are read at most every 0.5 s).
+        limits.active("default")
+        paused_queues("default")
+        session = backend_id()
+        in_thread(lambda: kill_session(session))
+        return storage.claim("default", owner="test", limit=2, lease_ms=60_000)
+
+    try:
+        claimed = in_thread(scenario)
+    finally:
+        limits.clear_cache()
+    assert len(claimed) == 2
+    assert {job.jid for job in claimed} <= jids
+    assert len({job.lease_token for job in claimed}) == 1
+    processing = Job.objects.filter(status=JobStatus.PROCESSING)
+    assert sorted(processing.values_list("jid", flat=True)) == sorted(j.jid for j in claimed)
+    assert len(reconnects(caplog)) == 1
