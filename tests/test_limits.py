@@ -12,32 +12,16 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_jobqueue import enqueue_job, storage
+from django_jobqueue import storage
 from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption
 from django_jobqueue.core.limitspec import Limit, Rate, parse_limit, parse_rate
 from django_jobqueue.models import Job, JobStatus, LimitOverride
 from django_jobqueue.reaping import reap_expired
-from django_jobqueue.storage_limits import clear_throttled
 from django_jobqueue.store import limits
 from django_jobqueue.store.registry import describe
+from tests.limits_helpers import _fresh_limits, enqueue  # noqa: F401 (autouse fixture)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _fresh_limits() -> Any:
-    limits.clear_cache()
-    clear_throttled()
-    yield
-    limits.clear_cache()
-    clear_throttled()
-
-
-def enqueue(customer: str, count: int, job_type: str = "limits.run", **options: Any) -> list[str]:
-    return [
-        enqueue_job("lim", job_type, {"customer": customer, "n": i}, **options)["jid"]
-        for i in range(count)
-    ]
 
 
 def claim(count: int = 10, **options: Any) -> list[Job]:

@@ -18,29 +18,13 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection, connections
 
-from django_jobqueue import enqueue_job, storage
+from django_jobqueue import storage
 from django_jobqueue.models import Job, JobStatus, LimitState
-from django_jobqueue.storage_limits import clear_throttled
 from django_jobqueue.store import limits
 from django_jobqueue.store.pauses import paused_queues
+from tests.limits_helpers import _fresh_limits, enqueue  # noqa: F401 (autouse fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_limits() -> Iterator[None]:
-    limits.clear_cache()
-    clear_throttled()
-    yield
-    limits.clear_cache()
-    clear_throttled()
-
-
-def enqueue(customer: str, count: int, job_type: str = "limits.run", **options: Any) -> list[str]:
-    return [
-        enqueue_job("lim", job_type, {"customer": customer, "n": i}, **options)["jid"]
-        for i in range(count)
-    ]
 
 
 def claim(count: int = 10) -> list[Job]:

@@ -15,19 +15,10 @@ from django_jobqueue import enqueue_job, storage
 from django_jobqueue.core.exceptions import InvalidOption
 from django_jobqueue.core.limitspec import parse_limit, parse_target
 from django_jobqueue.models import AuditEntry, Job, JobStatus, LimitOverride, LimitState
-from django_jobqueue.storage_limits import clear_throttled
 from django_jobqueue.store import limits
+from tests.limits_helpers import _fresh_limits  # noqa: F401 (autouse fixture)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _fresh_limits() -> Any:
-    limits.clear_cache()
-    clear_throttled()
-    yield
-    limits.clear_cache()
-    clear_throttled()
 
 
 def claim(count: int = 10) -> list[Job]:
