@@ -89,6 +89,15 @@ def rows(results: dict[str, Any]) -> list[tuple[str, list[str]]]:
     def floor(db: str) -> str:
         return percentiles("pickup_floor") if db == "postgres" else DASH
 
+    def limit_ratio(name: str) -> Any:
+        return lambda db: _ratio(_get(results, "limits", db, "ratios", name))
+
+    def rate_held(db: str) -> str:
+        measured = _get(results, "limits", "rate", "measured_per_s")
+        if db != "postgres" or measured is None:
+            return DASH
+        return f"{measured:,.1f} ({measured / 500 - 1:+.1%})"
+
     sizes = sorted(int(size) for size in (_get(results, "big", "sizes") or {}))
 
     def big(size: int) -> Any:
@@ -127,6 +136,19 @@ def rows(results: dict[str, Any]) -> list[tuple[str, list[str]]]:
             "batch's on_finish started after its last job (ms)",
             per_db(lambda db: ms(_get(results, "workflows", db, "callback_delay_ms"))),
         ),
+        (
+            "limits: global concurrency 1000 / unlimited drain, 1 x 4 (ratio)",
+            per_db(limit_ratio("global_1000/unlimited")),
+        ),
+        (
+            "limits: concurrency 1 per key, 1,000 keys / unlimited (ratio)",
+            per_db(limit_ratio("keys_1000/unlimited")),
+        ),
+        (
+            "limits: 100 keys after 100,000 used / 100 keys ever (ratio)",
+            per_db(limit_ratio("keys_100_of_100k/keys_100_fresh")),
+        ),
+        ('limits: rate "500/s", 4 x 4 workers, starts/s measured', per_db(rate_held)),
         ("pickup p50 / p95 / p99 ms (PostgreSQL: NOTIFY; others: polling)", per_db(pickup)),
         ("pickup floor, plain psycopg without a queue, p50 / p95 / p99 ms", per_db(floor)),
     ]

@@ -18,7 +18,11 @@ its own process on a scratch database (bench/common.py's, bench/enqueue.py's)::
    jobs of a workflow waiting;
 4. bench/pickup.py per database (LISTEN/NOTIFY on PostgreSQL, polling elsewhere), and
    on PostgreSQL bench/pickup_floor.py: the same pickup in plain psycopg, no queue;
-5. bench/bigdrain.py on PostgreSQL: 10,000 against 1,000,000 waiting.
+5. bench/limits.py per database: drains under a global ``concurrency: 1000`` and
+   ``concurrency: 1`` per key over 1,000 keys, and 100 keys after 100,000 were used,
+   as ratios (docs/limits.md "Cost"); on PostgreSQL a ``rate: "500/s"`` held by
+   4 x 4 workers for 30 s, the starts per second measured;
+6. bench/bigdrain.py on PostgreSQL: 10,000 against 1,000,000 waiting.
 
 It prints the table (bench/report.py), writes ``.artifacts/bench/results-<UTC
 time>.json`` and ``latest.json``, and rewrites the README's "Benchmarks (last run)"
@@ -185,6 +189,7 @@ def run(config: dict[str, Any], stamp: str) -> dict[str, Any]:
         "drain": {},
         "pickup": {},
         "workflows": {},
+        "limits": {},
         "errors": [],
     }
 
@@ -244,6 +249,22 @@ def run(config: dict[str, Any], stamp: str) -> dict[str, Any]:
             )
             if found is not None:
                 results["pickup_floor"] = found
+    for db in config["databases"]:
+        args = ["--db", db, "--jobs", str(config["drain"]), "--repeat", str(config["repeat"])]
+        args += ["--no-old-keys"] if config["quick"] else []
+        found = attempt(
+            lambda db=db, args=args: phase(f"limits on {db}", "limits.py", *args, timeout=1800)
+        )
+        if found is not None:
+            results["limits"][db] = found["trees"]["this"]
+        if db == "postgres":
+            seconds = "10" if config["quick"] else "30"
+            args = ["--db", db, "--rate", "500", "--seconds", seconds, "--processes", "4"]
+            found = attempt(
+                lambda args=args: phase("rate limit on postgres", "limits.py", *args, timeout=600)
+            )
+            if found is not None:
+                results["limits"]["rate"] = found
     if config["big"] and "postgres" in config["databases"]:
         args = [f"--waiting={size}" for size in config["big"]]
         args += ["--measure", str(config["measure"])]

@@ -170,3 +170,34 @@ def test_table_shows_the_batch_ratio_and_callback_delay():
     label = "batch with on_finish / plain drain, 1 x 4 (ratio of steady rates)"
     assert cells(table, label) == ["0.92", "—", "—"]
     assert cells(table, "batch's on_finish started after its last job (ms)")[0] == report.ms(77.4)
+
+
+def test_table_shows_the_limits_ratios_and_the_rate_held():
+    results = {
+        "limits": {
+            "postgres": {
+                "ratios": {
+                    "global_1000/unlimited": 0.861,
+                    "keys_1000/unlimited": 0.617,
+                    "keys_100_of_100k/keys_100_fresh": 1.04,
+                }
+            },
+            "sqlite": {"ratios": {"global_1000/unlimited": 0.7, "keys_1000/unlimited": 0.5}},
+            "rate": {"rate": 500, "seconds": 30.0, "measured_per_s": 511.9},
+        }
+    }
+    table = report.render_table(results)
+    assert cells(table, "limits: global concurrency 1000 / unlimited drain, 1 x 4 (ratio)") == [
+        "0.86",
+        "—",
+        "0.70",
+    ]
+    assert cells(table, "limits: concurrency 1 per key, 1,000 keys / unlimited (ratio)") == [
+        "0.62",
+        "—",
+        "0.50",
+    ]
+    label = "limits: 100 keys after 100,000 used / 100 keys ever (ratio)"
+    assert cells(table, label) == ["1.04", "—", "—"]
+    label = 'limits: rate "500/s", 4 x 4 workers, starts/s measured'
+    assert cells(table, label) == ["511.9 (+2.4%)", "—", "—"]
