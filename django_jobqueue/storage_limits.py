@@ -5,11 +5,13 @@ write transaction on every database; its statements are those of
 :mod:`django_jobqueue.storage_limits_sql`, sent there in flights (on PostgreSQL a
 flight is one round trip). This module decides what the claim takes:
 
-1. **Global room.** When every limit the claim may meet is a global concurrency, the
-   claim is one flight: the limits' rows locked, their ``processing`` jobs counted,
-   and the plain claim's own statement guarded by those counts (it takes nothing
-   unless every limit has room for the whole claim), then COMMIT. When a count shows
-   a limit without that room, the claim goes on as below.
+1. **Global room.** When every limit the claim may meet is a global concurrency
+   (PostgreSQL, SQLite), the claim is one flight, its own transaction: the limits'
+   rows locked, their ``processing`` jobs counted, and the plain claim's own
+   statement, which leaves out the jobs of a limit without room for the whole
+   claim (by a count of its own, after the locks). On PostgreSQL that is three
+   statements in one round trip, in the pipeline's implicit transaction. When a
+   count shows a limit without that room, the rest of the claim goes on as below.
 2. **Candidates.** Otherwise the global limits' rows are locked and every target
    counted (per key for a partitioned one: a hint, as those keys are not locked
    yet); then the due jobs of the claimer's queues, in claim order (priority,
@@ -47,6 +49,7 @@ from typing import Any
 from django.db import connections
 
 from . import storage_limits_sql as sql
+from . import storage_limits_update as update
 from . import storage_sql
 from .core.limitspec import Limit
 from .models import Job
@@ -178,21 +181,23 @@ def claim_limited(
         "started": started,
     }
     targets = _targets(view, queues, exclude_types)
-    with flight.transaction(using) as flights:
-        if connections[using].vendor != "mysql" and all(
-            not t.limit.partitioned and t.limit.rate is None for t in targets
-        ):
-            # Every limit is a global concurrency: the guarded plain claim, one
-            # flight, takes the whole claim when each has room for it.
+    if connections[using].vendor != "mysql" and all(
+        not t.limit.partitioned and t.limit.rate is None for t in targets
+    ):
+        # Every limit is a global concurrency: one flight, its own transaction, takes
+        # the whole claim when each target has room for it (by its count, taken
+        # after the locks). A target without that room had its jobs left out: the
+        # claim takes the rest as below, in a transaction of its own.
+        with flight.transaction(using) as flights:
             pairs = sorted((t.name, "") for t in targets)
             claimed, counts = sql.guarded_claim(flights, pairs, targets, claim=claim)
-            # A claim that took jobs found room (its guard is its own count, a
-            # statement later than the count's); one that took none and had room by
-            # the count found no due job. Only a claim without room goes on.
-            if claimed or not _tight(targets, counts, limit):
-                full = _full(targets, counts)
-                _note_saturated(using, full if len(claimed) < limit else ())
-                return claimed
+        if len(claimed) >= limit or not _tight(targets, counts, limit):
+            _note_saturated(using, _full(targets, counts) if len(claimed) < limit else ())
+            return claimed
+        with flight.transaction(using) as flights:
+            more = _claim(flights, targets, {**claim, "limit": limit - len(claimed)})
+        return storage_sql.order(claimed + more) if claimed else more
+    with flight.transaction(using) as flights:
         return _claim(flights, targets, claim)
 
 
@@ -248,8 +253,14 @@ def _claim(flights: flight.Flights, targets: list[Target], claim: dict[str, Any]
             )
         )
         then += [ticking] if ticking is not None else []
+    # Merged, the candidates' own counts leave out the keys at their limit, and the
+    # keys met are counted under their locks below: a count of every key here would
+    # only repeat them. A short claim counts them in its last flight instead, for
+    # the wake-ups (:func:`saturated`).
+    keyed_targets = [t for t in targets if t.limit.partitioned]
+    counted = [t for t in targets if not t.limit.partitioned] if merged else targets
     states, counts, answers = sql.lock_and_count(
-        flights, global_pairs, targets, {}, states=rated, then=then
+        flights, global_pairs, counted, {}, states=rated, then=then
     )
     full = _full(targets, counts)
     if not merged and not _tight(targets, counts, limit):
@@ -260,10 +271,12 @@ def _claim(flights: flight.Flights, targets: list[Target], claim: dict[str, Any]
         claimed = storage_sql.claim_rows(using, limit=limit, **kwargs)
         _note_saturated(using, full if len(claimed) < limit else ())
         return claimed
+    first_rows = answers[0] if merged else None
+    if merged and not rated and not global_pairs and len(keyed_targets) == 1:
+        return _claim_keyed(flights, keyed_targets[0], first_rows or [], claim)
     now = None
     if rated:
         now = sql.clock(using, answers[1] if merged and ticking is not None else None)
-    first_rows = answers[0] if merged else None
     tokens: dict[Pair, float] = {}
     free: dict[Pair, int] = {}
     accepted: list[int] = []
@@ -351,8 +364,7 @@ def _claim(flights: flight.Flights, targets: list[Target], claim: dict[str, Any]
         if len(accepted) >= limit or len(rows) < want or len(refused) == refused_before:
             break
         full |= {p for p in free if free[p] <= 0 or tokens.get(p, 1.0) < 1.0}
-    _note_waits(using, by_name, tokens, free, refused, full, accepted, limit)
-    statements = sql.update_statements(
+    statements = update.update_statements(
         using,
         accepted,
         claim["owner"],
@@ -362,10 +374,53 @@ def _claim(flights: flight.Flights, targets: list[Target], claim: dict[str, Any]
         tokens,
         now,
     )
+    count_keys = merged and bool(keyed_targets) and len(accepted) < limit
+    if count_keys:
+        statements.append(sql.count_statement(using, keyed_targets, {}))
     answers = flights.run(statements, commit=True)
+    if count_keys:
+        full |= _full(targets, sql.counts_of(keyed_targets, answers.pop()))
+    _note_waits(using, by_name, tokens, free, refused, full, accepted, limit)
     if not accepted:
         return []
     return storage_sql.claimed(using, answers[-1])
+
+
+def _claim_keyed(
+    flights: flight.Flights,
+    target: Target,
+    rows: Sequence[Sequence[Any]],
+    claim: dict[str, Any],
+) -> list[Job]:
+    """PostgreSQL, the claim's one limit a partitioned concurrency: lock the rows of
+    the candidates' keys, then one statement takes the candidates the limit admits
+    (:func:`~django_jobqueue.storage_limits_update.keyed_claim_statement`), committed
+    in the same flight. A short claim counts the target's keys afterwards (a hint)
+    for the wake-ups (:func:`saturated`)."""
+    using = flights.using
+    limit: int = claim["limit"]
+    # A candidate row: id, job_type, queue, then its key under the target.
+    column = 2 if target.column == "queue" else 1
+    keyed = sorted({(target.name, row[3] or "") for row in rows if row[column] == target.value})
+    if not rows:
+        flights.run([], commit=True)
+        claimed: list[Job] = []
+    else:
+        statements = [sql.lock_statement(using, keyed)] if keyed else []
+        statements.append(
+            update.keyed_claim_statement(
+                using, target, [row[0] for row in rows], [key for _name, key in keyed], claim
+            )
+        )
+        claimed = storage_sql.claimed(using, flights.run(statements, commit=True)[-1])
+    full: set[Pair] = set()
+    if len(claimed) < limit:
+        full = _full([target], sql.count(using, [target], {}))
+    _note_saturated(using, full)
+    if claimed:
+        with _hints_lock:
+            _throttled.pop(using, None)
+    return claimed
 
 
 def _note_waits(

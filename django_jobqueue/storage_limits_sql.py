@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
@@ -32,7 +32,6 @@ from django.utils import timezone
 from . import storage_sql
 from .core.limitspec import MAX_KEY_LENGTH, Limit
 from .models import Job, JobStatus, LimitState, QueuePause
-from .store import unique
 from .store.flights import Flights, Sql
 
 __all__ = [
@@ -48,7 +47,7 @@ __all__ = [
     "guarded_claim",
     "key_sql",
     "lock_and_count",
-    "update_statements",
+    "lock_statement",
 ]
 
 Pair = tuple[str, str]
@@ -181,7 +180,7 @@ def count(using: str, targets: Sequence[Target], keys: dict[str, list[str]]) -> 
     return counts_of(targets, rows)
 
 
-def _lock_sql(using: str, pairs: Sequence[Pair]) -> Sql:
+def lock_statement(using: str, pairs: Sequence[Pair]) -> Sql:
     """PostgreSQL: make and lock the rows of ``pairs``, in their order (see the module
     docstring); no row comes back. Each row takes a value of the table's id sequence
     (a bigint) whether it is made or not."""
@@ -250,7 +249,7 @@ def lock_and_count(
         if skip_locked:
             locking = [_states_sql(using, pairs, lock=" FOR UPDATE SKIP LOCKED")]
         else:
-            locking = [_lock_sql(using, pairs)]
+            locking = [lock_statement(using, pairs)]
             locking += [_states_sql(using, pairs)] if states else []
             found = dict.fromkeys(pairs, (None, None))
     elif pairs:
@@ -299,13 +298,16 @@ def guarded_claim(
     *,
     claim: dict[str, Any],
 ) -> tuple[list[Job], dict[Pair, int]]:
-    """One flight: lock the global ``pairs``, count ``targets``, claim, COMMIT.
+    """One flight, its own transaction: lock the global ``pairs``, count ``targets``,
+    claim; returns the claimed jobs and the counts.
 
     Every target is a global concurrency. The claim is the plain claim's statement
     (:func:`~django_jobqueue.storage_sql.claim_statement`, ``claim`` its keyword
-    arguments) guarded by each target's count: it takes nothing unless each has room
-    for the whole claim (``claim["limit"]`` jobs), the case the caller checks from
-    the counts returned. PostgreSQL and SQLite (whose write transaction is the lock).
+    arguments) guarded per target: it takes none of a target's jobs unless the
+    target has room for the whole claim (``claim["limit"]`` jobs) by a count of its
+    own, after the locks; other jobs it takes as the plain claim does. The caller
+    tells a target without that room from the counts returned. PostgreSQL and SQLite
+    (whose write transaction is the lock).
     """
     using = flights.using
     conn = connections[using]
@@ -314,12 +316,13 @@ def guarded_claim(
     guard_params: list[Any] = []
     for target in targets:
         guard += (
-            f" AND (SELECT COUNT(*) FROM {table} WHERE status = %s AND {target.column} = %s) <= %s"
+            f" AND ({target.column} <> %s OR "
+            f"(SELECT COUNT(*) FROM {table} WHERE status = %s AND {target.column} = %s) <= %s)"
         )
         room = (target.limit.concurrency or 0) - claim["limit"]
-        guard_params += [JobStatus.PROCESSING, target.value, room]
+        guard_params += [target.value, JobStatus.PROCESSING, target.value, room]
     text, params = storage_sql.claim_statement(using, guard=(guard, guard_params), **claim)
-    locking = [_lock_sql(using, pairs)] if conn.vendor == "postgresql" else []
+    locking = [lock_statement(using, pairs)] if conn.vendor == "postgresql" else []
     answers = flights.run(
         [*locking, count_statement(using, targets, {}), Sql(text, params, prepare=True)],
         commit=True,
@@ -501,69 +504,3 @@ def _fair_ids(
     )
     (rows,) = flights.run([Sql(sql, [*key_params, *params, target.value, want])])
     return [row[0] for row in rows]
-
-
-def update_statements(
-    using: str,
-    ids: Sequence[int],
-    owner: str,
-    token: str,
-    lease: timedelta,
-    started: bool,
-    levels: dict[Pair, float],
-    now: datetime | None,
-) -> list[Sql]:
-    """The statements that store the buckets' ``levels`` (at ``now``) and move the
-    accepted ``ids`` (locked by this transaction) to ``processing``; the last one's
-    rows are the claimed jobs' columns (:func:`~django_jobqueue.storage_sql.claimed`)."""
-    conn = connections[using]
-    vendor = conn.vendor
-    table = conn.ops.quote_name(Job._meta.db_table)
-    states = conn.ops.quote_name(LimitState._meta.db_table)
-    statements: list[Sql] = []
-    if levels and now is not None:
-        stored = conn.ops.adapt_datetimefield_value(now)
-        for (target, key), level in levels.items():
-            statements.append(
-                Sql(
-                    f"UPDATE {states} SET tokens = %s, refilled_at = %s "
-                    "WHERE target = %s AND limit_key = %s",
-                    [level, stored, target, key],
-                )
-            )
-    if not ids:
-        return statements
-    now_params: list[Any] = []
-    lease_params: list[Any]
-    if vendor == "postgresql":
-        now_sql = "STATEMENT_TIMESTAMP()"
-        lease_sql, lease_params = f"{now_sql} + %s", [lease]
-    elif vendor == "mysql":
-        now_sql = "CURRENT_TIMESTAMP(6)"
-        lease_sql = f"{now_sql} + INTERVAL %s MICROSECOND"
-        lease_params = [lease // timedelta(microseconds=1)]
-    else:
-        stamp = storage_sql._sqlite_now(using)
-        now_sql, lease_sql, now_params = "%s", "%s", [stamp]
-        lease_params = [storage_sql._sqlite_now(using, lease)]
-    started_sql = now_sql if started else "NULL"
-    set_params: list[Any] = [JobStatus.PROCESSING, False, owner, token, *lease_params]
-    set_params += now_params  # heartbeat_at
-    if started:
-        set_params += now_params
-    set_params += now_params  # updated_at
-    sql = (
-        f"UPDATE {table} SET status = %s, waiting = %s, attempt = attempt + 1, "
-        f"lease_owner = %s, lease_token = %s, lease_expires_at = {lease_sql}, "
-        f"heartbeat_at = {now_sql}, started_at = {started_sql}, updated_at = {now_sql}, "
-        "unique_key_hash = CASE WHEN unique_mode = %s THEN NULL ELSE unique_key_hash END "
-        f"WHERE id IN ({_in(ids)}) AND waiting = %s"
-    )
-    params = [*set_params, unique.UNTIL_EXECUTING, *ids, True]
-    columns = storage_sql._columns(using)
-    if vendor == "mysql":
-        statements.append(Sql(sql, params))
-        statements.append(Sql(f"SELECT {columns} FROM {table} WHERE id IN ({_in(ids)})", ids))
-    else:
-        statements.append(Sql(f"{sql} RETURNING {columns}", params))
-    return statements

@@ -51,6 +51,7 @@ __all__ = [
     "claim_rows",
     "claim_statement",
     "claimed",
+    "order",
     "complete_rows",
     "supported",
 ]
@@ -153,7 +154,8 @@ def _due_filter(
     return sql
 
 
-def _order(rows: list[Job]) -> list[Job]:
+def order(rows: list[Job]) -> list[Job]:
+    """``rows`` in claim order: priority, ``run_at``, id."""
     return sorted(rows, key=lambda job: (job.priority, job.run_at, job.pk))
 
 
@@ -197,7 +199,7 @@ def claim_rows(
     with prepared.cursor(connections[using]) as cursor:  # the same text each claim
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    jobs = _order(_jobs(using, rows))
+    jobs = order(_jobs(using, rows))
     if vendor == "postgresql":
         first = (jobs[0].priority, jobs[0].run_at, jobs[0].pk) if jobs else None
         took_ms = (time.perf_counter() - began) * 1000
@@ -238,7 +240,7 @@ def claim_statement(
     PostgreSQL and SQLite only (MariaDB's claim is two statements), without the
     claim floor. ``guard`` is SQL ANDed to the due filter with its parameters
     (``" AND ..."``, uncorrelated: a subquery there runs once), so a caller can
-    make the claim take nothing unless it holds (the limits' claim,
+    leave out jobs unless it holds (the limits' claim,
     :mod:`django_jobqueue.storage_limits`). Its rows become jobs by :func:`claimed`.
     """
     filters = _due_filter(using, queues, exclude_types, exclude_queues) + guard[0]
@@ -248,7 +250,7 @@ def claim_statement(
 
 def claimed(using: str, rows: Sequence[Sequence[Any]]) -> list[Job]:
     """The jobs of the rows a :func:`claim_statement` returned, in claim order."""
-    return _order(_jobs(using, rows))
+    return order(_jobs(using, rows))
 
 
 def _claim_statement(
@@ -399,7 +401,7 @@ def _claim_mysql(
         job.started_at = aware if started else None
         if job.unique_mode == unique.UNTIL_EXECUTING:
             job.unique_key_hash = None
-    return _order(jobs)
+    return order(jobs)
 
 
 def _jobs_time(using: str, value: datetime) -> datetime:

@@ -19,6 +19,7 @@ import pytest
 from django.db import OperationalError, connection, connections
 
 from django_jobqueue import storage
+from django_jobqueue import storage_limits as limits_claim
 from django_jobqueue.models import Job, JobStatus, LimitState
 from django_jobqueue.store import limits
 from django_jobqueue.store.pauses import paused_queues
@@ -76,8 +77,9 @@ def test_flights__a_global_limit_with_room_claims_in_one_round_trip(trips: Trips
     limits.set_limit("default", "type:limits.run", {"concurrency": 100})
     trips.reset()
     assert len(claim(3)) == 3
-    # BEGIN, the limit's row locked, its jobs counted, the guarded claim, COMMIT.
-    assert trips.statements == ["BEGIN", "INSERT", "SELECT", "UPDATE", "COMMIT"]
+    # The limit's row locked, its jobs counted, the guarded claim: the pipeline's
+    # implicit transaction, committed at its end (no BEGIN, no COMMIT).
+    assert trips.statements == ["INSERT", "SELECT", "UPDATE"]
     assert trips.round_trips == 1
     assert not connection.connection.info.transaction_status  # IDLE: committed
 
@@ -97,17 +99,26 @@ def test_flights__a_global_limit_without_room_takes_its_free_slots(trips: Trips)
     assert Job.objects.filter(status=JobStatus.PROCESSING).count() == 2
 
 
-def test_flights__a_keyed_claim_is_three_round_trips(trips: Trips) -> None:
+def test_flights__a_keyed_claim_is_two_round_trips(trips: Trips) -> None:
     enqueue("a", 3)
     enqueue("b", 3)
     limits.set_limit(
         "default", "type:limits.run", {"concurrency": 1, "partition": "payload.customer"}
     )
     trips.reset()
-    jobs = claim(10)
+    jobs = claim(2)
     assert sorted(j.payload["customer"] for j in jobs) == ["a", "b"]
-    # The count (a hint) and the candidates, the keys' locks and counts, the update.
+    # The candidates (the keys at their limit left out by their own counts); then
+    # the keys' locks and the update that counts them and takes what they admit.
+    assert trips.statements == ["BEGIN", "SELECT", "INSERT", "UPDATE", "COMMIT"]
+    assert trips.round_trips == 2
+    trips.reset()
+    assert claim(2) == []
+    # A short claim counts the keys afterwards (which are at their limit: a job of
+    # theirs that ends wakes the idle workers), a round trip of its own.
+    assert trips.statements == ["BEGIN", "SELECT", "COMMIT", "SELECT"]
     assert trips.round_trips == 3
+    assert limits_claim.saturated("default", "limits.run", "default")
     assert set(LimitState.objects.values_list("limit_key", flat=True)) == {"a", "b"}
 
 

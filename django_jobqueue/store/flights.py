@@ -7,9 +7,10 @@ the statements of one ``run`` go in one pipeline (psycopg's pipeline mode): one 
 trip, the server running them in order, each with its own snapshot as at READ
 COMMITTED, so a statement sees what committed while an earlier one of the flight
 waited for a lock. The transaction's ``BEGIN`` rides with the first flight and its
-``COMMIT`` with the last. Elsewhere (MariaDB, SQLite, a caller's transaction,
-psycopg 2) the statements run one by one in
-:func:`~django_jobqueue.store.locks.write_transaction` (SQLite: immediate).
+``COMMIT`` with the last; a transaction of one flight sends neither, as the
+statements of a pipeline up to its Sync are one implicit transaction. Elsewhere
+(MariaDB, SQLite, a caller's transaction, psycopg 2) the statements run one by one
+in :func:`~django_jobqueue.store.locks.write_transaction` (SQLite: immediate).
 
 Between flights the body may not use the ORM on the alias while the pipelined
 transaction is open (an ``atomic()`` there would meet a transaction Django does not
@@ -90,15 +91,20 @@ class Flights:
                     rows = cursor.fetchall() if cursor.description is not None else []
                 answers.append([tuple(row) for row in rows])
             return answers
-        begin = [] if self.open else [Sql("BEGIN")]
-        end = [Sql("COMMIT")] if commit else []
+        # A transaction of this one flight needs no BEGIN and COMMIT: the statements
+        # of a pipeline up to its Sync are one implicit transaction, committed at
+        # the Sync (rolled back there if one failed). Two statements fewer, and as
+        # many fewer results to read, on the limited claim's commonest path.
+        whole = commit and not self.open
+        begin = [] if self.open or whole else [Sql("BEGIN")]
+        end = [Sql("COMMIT")] if commit and not whole else []
         sent = [*begin, *statements, *end]
         with contextlib.ExitStack() as stack:
             cursors = [
                 stack.enter_context(prepared.cursor(conn) if s.prepare else conn.cursor())
                 for s in sent
             ]
-            self.open = True
+            self.open = not whole
             with conn.wrap_database_errors, conn.connection.pipeline():
                 for cursor, statement in zip(cursors, sent, strict=True):
                     cursor.execute(statement.text, list(statement.params) or None)
