@@ -15,7 +15,7 @@ from django.test import override_settings
 from django_jobqueue import storage
 from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption
 from django_jobqueue.core.limitspec import Limit, Rate, parse_limit, parse_rate
-from django_jobqueue.models import Job, JobStatus, LimitOverride
+from django_jobqueue.models import Job, JobStatus, LimitOverride, LimitState
 from django_jobqueue.reaping import reap_expired
 from django_jobqueue.store import limits
 from django_jobqueue.store.registry import describe
@@ -171,6 +171,21 @@ def test_claim__a_partitioned_concurrency_counts_per_key_in_claim_order() -> Non
     assert claim(10) == []
     storage.fail(jobs[0], RuntimeError("x"), retryable=False)
     assert [j.jid for j in claim(10)] == [a[2]]
+
+
+@pytest.mark.parametrize("partition", ["key", "payload.customer"])
+def test_claim__keys_differing_by_case_or_a_trailing_space_are_distinct(partition: str) -> None:
+    # MySQL and MariaDB compare these columns exactly too (migration 0026), as
+    # PostgreSQL and SQLite do: three keys, a slot and a state row each.
+    keys = ["Cust", "cust", "cust "]
+    for key in keys:
+        enqueue(key, 2, **({"limit_key": key} if partition == "key" else {}))
+    limits.set_limit("default", "type:limits.run", {"concurrency": 1, "partition": partition})
+    jobs = claim(10)
+    assert sorted(j.payload["customer"] for j in jobs) == sorted(keys)
+    assert claim(10) == []
+    states = LimitState.objects.filter(target="type:limits.run")
+    assert sorted(states.values_list("limit_key", flat=True)) == sorted(keys)
 
 
 def test_claim__a_partition_set_at_run_time_applies_to_jobs_already_waiting() -> None:
