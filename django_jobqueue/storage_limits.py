@@ -46,11 +46,12 @@ from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from . import storage_limits_sql as sql
 from . import storage_limits_update as update
 from . import storage_sql
+from .core import prepared
 from .core.limitspec import Limit
 from .models import Job
 from .storage_limits_sql import Pair, Target, key_sql
@@ -168,8 +169,34 @@ def claim_limited(
     timedelta, ``token`` the claim's new lease token), ``view`` the limits in force.
     Returns the claimed jobs in claim order. Call inside
     :func:`~django_jobqueue.store.locks.retry_when_locked`: it opens its own write
-    transaction (:func:`~django_jobqueue.store.flights.transaction`).
+    transaction (:func:`~django_jobqueue.store.flights.transaction`). A claim whose
+    prepared statement was refused because a migration on another session changed a
+    returned column's type is run once more, its session's statements forgotten.
     """
+    try:
+        return _claim_limited(
+            using, view, owner, token, limit, queues, exclude_types, exclude_queues, lease, started
+        )
+    except DatabaseError as exc:
+        if not prepared.forget_if_plan_changed(connections[using], exc):
+            raise
+    return _claim_limited(
+        using, view, owner, token, limit, queues, exclude_types, exclude_queues, lease, started
+    )
+
+
+def _claim_limited(  # noqa: PLR0913 (claim_limited's arguments, in its order)
+    using: str,
+    view: LimitsView,
+    owner: str,
+    token: str,
+    limit: int,
+    queues: Sequence[str] | None,
+    exclude_types: Collection[str],
+    exclude_queues: Sequence[str],
+    lease: timedelta,
+    started: bool,
+) -> list[Job]:
     claim: dict[str, Any] = {
         "owner": owner,
         "token": token,

@@ -225,3 +225,33 @@ def test_prepared_statements__pass_execute_wrappers_and_show_in_captured_queries
     for text in ("WITH j AS (INSERT", "pg_try_advisory_xact_lock", "SKIP LOCKED"):
         assert any(text in sql for sql in seen), text
         assert any(text in sql for sql in captured), text
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [{"concurrency": 100}, {"concurrency": 1, "partition": "payload.n"}],
+    ids=["global", "keyed"],
+)
+def test_limited_claim__survives_a_returned_columns_type_change_on_another_session(
+    limit: dict[str, Any],
+) -> None:
+    # The limited claim's prepared statements run inside its pipelined transaction,
+    # where the cursor cannot repeat one: the claim runs once more (docs/limits.md).
+    from django_jobqueue.models import LimitOverride
+    from django_jobqueue.store import limits
+
+    connection.close()
+    limits.set_limit("default", f"type:{JOB_TYPE}", limit, by="test")
+    limits.clear_cache()
+    try:
+        enqueue_job("adv", JOB_TYPE, {"n": 1})
+        assert storage.claim("default", owner="w", queues=["adv"], limit=1)
+        _alter_lease_owner(300)
+        enqueue_job("adv", JOB_TYPE, {"n": 2})
+        claimed = storage.claim("default", owner="w", queues=["adv"], limit=1)
+        assert [j.payload for j in claimed] == [{"n": 2}]
+    finally:
+        connection.close()
+        _alter_lease_owner(200)
+        LimitOverride.objects.all().delete()
+        limits.clear_cache()

@@ -35,7 +35,7 @@ from django.db.backends.utils import CursorWrapper
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["cursor"]
+__all__ = ["cursor", "forget_if_plan_changed"]
 
 try:
     from django.db.backends.postgresql.psycopg_any import register_tzloader
@@ -95,6 +95,26 @@ if _ServerCursor is not None:
 
 #: PostgreSQL's message when a prepared statement's row type changed under it.
 RESULT_TYPE_CHANGED = "cached plan must not change result type"
+
+
+def forget_if_plan_changed(conn: Any, exc: BaseException) -> bool:
+    """Whether ``exc`` is PostgreSQL's refusal of a prepared statement whose returned
+    columns changed type (a migration on another session); if so, forget every
+    statement prepared on the Django connection ``conn`` (``DEALLOCATE ALL``, outside
+    any transaction), so the caller may run its transaction once more.
+
+    For a caller whose statements failed inside a transaction it began (a pipelined
+    flight, :mod:`django_jobqueue.store.flights`), where :class:`_PreparingCursor`
+    cannot repeat the statement itself. Returns False, forgetting nothing, for any
+    other error or while ``conn`` is inside a transaction or closed.
+    """
+    if RESULT_TYPE_CHANGED not in str(exc):
+        return False
+    raw = conn.connection
+    if raw is None or raw.closed or raw.info.transaction_status != _TxStatus.IDLE:
+        return False
+    raw.execute("DEALLOCATE ALL")
+    return True
 
 
 def _found_pooled(alias: str, exc: Exception) -> None:
