@@ -285,6 +285,16 @@ def _claim(flights: flight.Flights, targets: list[Target], claim: dict[str, Any]
     # only repeat them. A short claim counts them in its last flight instead, for
     # the wake-ups (:func:`saturated`).
     keyed_targets = [t for t in targets if t.limit.partitioned]
+    if (
+        connections[using].vendor == "sqlite"
+        and not rated
+        and not global_pairs
+        and len(keyed_targets) == 1
+        and not keyed_targets[0].limit.fair
+    ):
+        # SQLite's write transaction is the lock: the due candidates, their keys'
+        # counts and the update are one statement.
+        return _claim_keyed_sqlite(flights, keyed_targets[0], targets, claim, want)
     counted = [t for t in targets if not t.limit.partitioned] if merged else targets
     states, counts, answers = sql.lock_and_count(
         flights, global_pairs, counted, {}, states=rated, then=then
@@ -436,12 +446,44 @@ def _claim_keyed(
         statements = [sql.lock_statement(using, keyed)] if keyed else []
         statements.append(
             update.keyed_claim_statement(
-                using, target, [row[0] for row in rows], [key for _name, key in keyed], claim
+                using,
+                target,
+                claim,
+                ids=[row[0] for row in rows],
+                keys=[key for _name, key in keyed],
             )
         )
         claimed = storage_sql.claimed(using, flights.run(statements, commit=True)[-1])
     full: set[Pair] = set()
     if len(claimed) < limit:
+        full = _full([target], sql.count(using, [target], {}))
+    _note_saturated(using, full)
+    if claimed:
+        with _hints_lock:
+            _throttled.pop(using, None)
+    return claimed
+
+
+def _claim_keyed_sqlite(
+    flights: flight.Flights,
+    target: Target,
+    targets: list[Target],
+    claim: dict[str, Any],
+    want: int,
+) -> list[Job]:
+    """SQLite, the claim's one limit a partitioned concurrency: one statement takes the
+    due candidates the limit admits (:func:`~django_jobqueue.storage_limits_update.
+    keyed_claim_statement` over :func:`~django_jobqueue.storage_limits_sql.due_rows`);
+    no ``LimitState`` row is needed (they hold a rate's tokens, and the write
+    transaction is the lock). A short claim counts the keys, for the wake-ups."""
+    using = flights.using
+    due = sql.due_rows(
+        using, targets, want, claim["queues"], claim["exclude_types"], claim["exclude_queues"]
+    )
+    (rows,) = flights.run([update.keyed_claim_statement(using, target, claim, due=due)])
+    claimed = storage_sql.claimed(using, rows)
+    full: set[Pair] = set()
+    if len(claimed) < claim["limit"]:
         full = _full([target], sql.count(using, [target], {}))
     _note_saturated(using, full)
     if claimed:

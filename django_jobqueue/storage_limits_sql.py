@@ -44,6 +44,7 @@ __all__ = [
     "count",
     "count_statement",
     "counts_of",
+    "due_rows",
     "guarded_claim",
     "key_sql",
     "lock_and_count",
@@ -429,6 +430,27 @@ def candidates_statement(
         " FOR UPDATE SKIP LOCKED",
         [*select_params, *params, want],
         prepare=True,
+    )
+
+
+def due_rows(
+    using: str,
+    targets: Sequence[Target],
+    want: int,
+    queues: Sequence[str] | None,
+    exclude_types: Collection[str],
+    exclude_queues: Sequence[str],
+) -> tuple[str, list[Any]]:
+    """SQLite: a ``FROM`` item of the claim's first ``want`` due jobs, whole rows, in
+    claim order, the targets and keys at their concurrency left out by counts in the
+    statement itself (no row lock: the write transaction is the lock)."""
+    table = connections[using].ops.quote_name(Job._meta.db_table)
+    where, params = _where(
+        using, targets, queues, exclude_types, exclude_queues, frozenset(), counted=True
+    )
+    return (
+        f"(SELECT * FROM {table} WHERE {where} ORDER BY priority, run_at, id LIMIT %s) AS d",
+        [*params, want],
     )
 
 

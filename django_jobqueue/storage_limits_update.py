@@ -25,28 +25,49 @@ def _in(values: Sequence[Any]) -> str:
 
 
 def keyed_claim_statement(
-    using: str, target: Target, ids: Sequence[int], keys: Sequence[str], claim: dict[str, Any]
+    using: str,
+    target: Target,
+    claim: dict[str, Any],
+    *,
+    ids: Sequence[int] | None = None,
+    keys: Sequence[str] | None = None,
+    due: tuple[str, Sequence[Any]] | None = None,
 ) -> Sql:
-    """PostgreSQL: the statement that moves to ``processing`` those of the candidates
-    ``ids`` (locked by this transaction, in claim order) that ``target``'s limit
-    admits, at most ``claim["limit"]`` of them: a job not under ``target``, or one of
-    a key's first ``concurrency - in flight`` jobs, its ``keys`` counted by the
-    statement itself (after their rows were locked). Its rows are the claimed jobs'
-    columns (:func:`~django_jobqueue.storage_sql.claimed`); ``claim`` as
-    :func:`~django_jobqueue.storage_sql.claim_statement` takes it."""
-    table = connections[using].ops.quote_name(Job._meta.db_table)
+    """The statement that moves to ``processing`` those candidates that ``target``'s
+    limit admits, at most ``claim["limit"]`` of them in claim order: a job not under
+    ``target``, or one of a key's first ``concurrency - in flight`` jobs, the keys'
+    jobs in flight counted by the statement itself.
+
+    The candidates are either ``ids`` (PostgreSQL: locked by this transaction's
+    earlier flight, after which their ``keys``' rows were locked, and only those keys
+    are counted), or ``due``: SQL and parameters of a ``FROM`` item of whole job rows,
+    the claim's due candidates (SQLite, whose write transaction is the lock: every key
+    in flight is counted). Its rows are the claimed jobs' columns
+    (:func:`~django_jobqueue.storage_sql.claimed`); ``claim`` as
+    :func:`~django_jobqueue.storage_sql.claim_statement` takes it.
+    """
+    conn = connections[using]
+    table = conn.ops.quote_name(Job._meta.db_table)
     key, key_params = key_sql(using, target.limit)
     col = target.column
+    if ids is not None:
+        source, source_params = f"{table} WHERE id = ANY(%s)", [list(ids)]
+    else:
+        assert due is not None  # noqa: S101 (one of the two, by the signature's contract)
+        source, source_params = due[0], list(due[1])
+    counted, counted_params = "", []
+    if keys is not None:
+        counted, counted_params = f" AND {key} = ANY(%s)", [*key_params, list(keys)]
     admitted = (
         f"SELECT c.id FROM (SELECT id, priority, run_at, {key} AS k, {col} = %s AS limited, "
         f"ROW_NUMBER() OVER (PARTITION BY {col} = %s, {key} ORDER BY priority, run_at, id) "
-        f"AS r FROM {table} WHERE id = ANY(%s)) AS c LEFT JOIN (SELECT {key} AS k, "
-        f"COUNT(*) AS n FROM {table} WHERE status = %s AND {col} = %s AND {key} = ANY(%s) "
-        "GROUP BY 1) AS f ON f.k = c.k WHERE NOT c.limited OR c.r <= %s - COALESCE(f.n, 0) "
+        f"AS r FROM {source}) AS c LEFT JOIN (SELECT {key} AS k, COUNT(*) AS n FROM {table} "
+        f"WHERE status = %s AND {col} = %s{counted} GROUP BY 1) AS f ON f.k = c.k "
+        "WHERE NOT c.limited OR c.r <= %s - COALESCE(f.n, 0) "
         "ORDER BY c.priority, c.run_at, c.id LIMIT %s"
     )
-    params = [*key_params, target.value, target.value, *key_params, list(ids)]
-    params += [*key_params, JobStatus.PROCESSING, target.value, *key_params, list(keys)]
+    params = [*key_params, target.value, target.value, *key_params, *source_params]
+    params += [*key_params, JobStatus.PROCESSING, target.value, *counted_params]
     params += [target.limit.concurrency or 0, claim["limit"]]
     update, update_params = _update_sql(
         using, claim["owner"], claim["token"], claim["lease"], claim["started"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 
 from django_jobqueue import storage
@@ -185,7 +186,9 @@ def test_claim__keys_differing_by_case_or_a_trailing_space_are_distinct(partitio
     assert sorted(j.payload["customer"] for j in jobs) == sorted(keys)
     assert claim(10) == []
     states = LimitState.objects.filter(target="type:limits.run")
-    assert sorted(states.values_list("limit_key", flat=True)) == sorted(keys)
+    # SQLite's keyed claim needs no state row (its write transaction is the lock).
+    made = [] if connection.vendor == "sqlite" else sorted(keys)
+    assert sorted(states.values_list("limit_key", flat=True)) == made
 
 
 def test_claim__a_partition_set_at_run_time_applies_to_jobs_already_waiting() -> None:
