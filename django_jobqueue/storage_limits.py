@@ -40,6 +40,7 @@ A throttled claim records in this process when its rate allows the next start
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Collection, Sequence
@@ -51,7 +52,7 @@ from django.db import DatabaseError, connections
 from . import storage_limits_sql as sql
 from . import storage_limits_update as update
 from . import storage_sql
-from .core import prepared
+from .core import prepared, reconnect
 from .core.limitspec import Limit
 from .models import Job
 from .storage_limits_sql import Pair, Target, key_sql
@@ -72,6 +73,8 @@ __all__ = [
 #: Most candidates one claim locks beyond the jobs it wants, when some may be refused
 #: (a key near its limit, a rate).
 MAX_EXTRA_CANDIDATES = 100
+
+logger = logging.getLogger(__name__)
 
 _hints_lock = threading.Lock()
 #: alias -> monotonic time before which no rate-limited job may start.
@@ -221,11 +224,32 @@ def _claim_limited(  # noqa: PLR0913 (claim_limited's arguments, in its order)
         if len(claimed) >= limit or not _tight(targets, counts, limit):
             _note_saturated(using, _full(targets, counts) if len(claimed) < limit else ())
             return claimed
-        with flight.transaction(using) as flights:
-            more = _claim(flights, targets, {**claim, "limit": limit - len(claimed)})
+        try:
+            with flight.transaction(using) as flights:
+                more = _claim(flights, targets, {**claim, "limit": limit - len(claimed)})
+        except DatabaseError as exc:
+            _keep_committed(using, claimed, exc)
+            return claimed
         return storage_sql.order(claimed + more) if claimed else more
     with flight.transaction(using) as flights:
         return _claim(flights, targets, claim)
+
+
+def _keep_committed(using: str, claimed: list[Job], exc: DatabaseError) -> None:
+    """Let a claim that committed ``claimed`` return them although a later statement
+    of it failed with ``exc``; re-raise ``exc`` when ``claimed`` is empty or ``exc``
+    is a disconnect (the caller's repeat finds them by their lease token,
+    :func:`django_jobqueue.storage_claim.claimed_under`). Raised otherwise (a lock
+    timeout, "database is locked"), they would stay leased to no one until their
+    lease expired, holding their limits' slots."""
+    if not claimed or reconnect.is_disconnect(exc, using):
+        raise exc
+    logger.warning(
+        "limited claim on %s keeps the %d jobs it committed; the rest failed: %s",
+        using,
+        len(claimed),
+        exc,
+    )
 
 
 def _tight(targets: Sequence[Target], counts: dict[Pair, int], limit: int) -> bool:
@@ -442,7 +466,10 @@ def _claim_keyed(
         claimed = storage_sql.claimed(using, flights.run(statements, commit=True)[-1])
     full: set[Pair] = set()
     if len(claimed) < limit:
-        full = _full([target], sql.count(using, [target], {}))
+        try:
+            full = _full([target], sql.count(using, [target], {}))
+        except DatabaseError as exc:  # a hint's count, after the commit
+            _keep_committed(using, claimed, exc)
     _note_saturated(using, full)
     if claimed:
         with _hints_lock:
