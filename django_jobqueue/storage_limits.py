@@ -272,7 +272,9 @@ def _full(targets: Sequence[Target], counts: dict[Pair, int]) -> set[Pair]:
     }
 
 
-def _claim(flights: flight.Flights, targets: list[Target], claim: dict[str, Any]) -> list[Job]:
+def _claim(
+    flights: flight.Flights, targets: list[Target], claim: dict[str, Any], *, again: bool = True
+) -> list[Job]:
     using = flights.using
     limit: int = claim["limit"]
     by_name = {target.name: target for target in targets}
@@ -324,7 +326,9 @@ def _claim(flights: flight.Flights, targets: list[Target], claim: dict[str, Any]
         return claimed
     first_rows = answers[0] if merged else None
     if merged and not rated and not global_pairs and len(keyed_targets) == 1:
-        return _claim_keyed(flights, keyed_targets[0], first_rows or [], claim)
+        return _claim_keyed(
+            flights, keyed_targets[0], first_rows or [], claim, want=want, again=again
+        )
     now = None
     if rated:
         now = sql.clock(using, answers[1] if merged and ticking is not None else None)
@@ -442,12 +446,22 @@ def _claim_keyed(
     target: Target,
     rows: Sequence[Sequence[Any]],
     claim: dict[str, Any],
+    *,
+    want: int,
+    again: bool,
 ) -> list[Job]:
     """PostgreSQL, the claim's one limit a partitioned concurrency: lock the rows of
     the candidates' keys, then one statement takes the candidates the limit admits
     (:func:`~django_jobqueue.storage_limits_update.keyed_claim_statement`), committed
-    in the same flight. A short claim counts the target's keys afterwards (a hint)
-    for the wake-ups (:func:`saturated`)."""
+    in the same flight. ``rows`` are the candidates, ``want`` the most read.
+
+    A claim that came back short although the candidates filled their read had some
+    refused: a key reached its limit within it, and more due jobs may wait behind
+    that key's backlog. When ``again`` and that flight committed (pipelined), the
+    rest of the claim is once more a new transaction, whose candidates leave such
+    keys out by their own counts (docs/limits.md "No head-of-line blocking").
+    Otherwise a short claim counts the target's keys afterwards (a hint) for the
+    wake-ups (:func:`saturated`)."""
     using = flights.using
     limit: int = claim["limit"]
     # A candidate row: id, job_type, queue, then its key under the target.
@@ -464,6 +478,14 @@ def _claim_keyed(
             )
         )
         claimed = storage_sql.claimed(using, flights.run(statements, commit=True)[-1])
+    if again and flights.pipelined and len(claimed) < limit and len(rows) >= want:
+        try:
+            with flight.transaction(using) as rest:
+                more = _claim(rest, [target], {**claim, "limit": limit - len(claimed)}, again=False)
+        except DatabaseError as exc:
+            _keep_committed(using, claimed, exc)
+            return claimed
+        return storage_sql.order(claimed + more) if claimed else more
     full: set[Pair] = set()
     if len(claimed) < limit:
         try:

@@ -381,3 +381,20 @@ def test_flights__a_keyed_claim_keeps_its_jobs_when_its_count_after_commit_fails
     assert holder.ident is not None  # the count after the commit was met
     assert len(jobs) == 1
     assert list(Job.objects.processing().values_list("pk", flat=True)) == [jobs[0].pk]
+
+
+def test_flights__a_key_filled_by_the_claim_does_not_hold_back_the_keys_behind_it() -> None:
+    # docs/limits.md "No head-of-line blocking": key a's backlog comes first in claim
+    # order, more of it than the claim reads at once; the claim takes a's one slot
+    # and goes on to b's job behind that backlog, on every database. (b ran before:
+    # a second round locks only the keys' existing rows, without waiting.)
+    limits.set_limit(
+        "default", "type:limits.run", {"concurrency": 1, "partition": "payload.customer"}
+    )
+    enqueue("b", 1)
+    assert storage.complete(claim(1)[0])
+    enqueue("a", 30)
+    enqueue("b", 2)
+    jobs = claim(4)
+    assert sorted(j.payload["customer"] for j in jobs) == ["a", "b"]
+    assert claim(4) == []
