@@ -40,6 +40,7 @@ A throttled claim records in this process when its rate allows the next start
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Collection, Sequence
@@ -51,7 +52,7 @@ from django.db import DatabaseError, connections
 from . import storage_limits_sql as sql
 from . import storage_limits_update as update
 from . import storage_sql
-from .core import prepared
+from .core import prepared, reconnect
 from .core.limitspec import Limit
 from .models import Job
 from .storage_limits_sql import Pair, Target, key_sql
@@ -72,6 +73,8 @@ __all__ = [
 #: Most candidates one claim locks beyond the jobs it wants, when some may be refused
 #: (a key near its limit, a rate).
 MAX_EXTRA_CANDIDATES = 100
+
+logger = logging.getLogger(__name__)
 
 _hints_lock = threading.Lock()
 #: alias -> monotonic time before which no rate-limited job may start.
@@ -221,11 +224,32 @@ def _claim_limited(  # noqa: PLR0913 (claim_limited's arguments, in its order)
         if len(claimed) >= limit or not _tight(targets, counts, limit):
             _note_saturated(using, _full(targets, counts) if len(claimed) < limit else ())
             return claimed
-        with flight.transaction(using) as flights:
-            more = _claim(flights, targets, {**claim, "limit": limit - len(claimed)})
+        try:
+            with flight.transaction(using) as flights:
+                more = _claim(flights, targets, {**claim, "limit": limit - len(claimed)})
+        except DatabaseError as exc:
+            _keep_committed(using, claimed, exc)
+            return claimed
         return storage_sql.order(claimed + more) if claimed else more
     with flight.transaction(using) as flights:
         return _claim(flights, targets, claim)
+
+
+def _keep_committed(using: str, claimed: list[Job], exc: DatabaseError) -> None:
+    """Let a claim that committed ``claimed`` return them although a later statement
+    of it failed with ``exc``; re-raise ``exc`` when ``claimed`` is empty or ``exc``
+    is a disconnect (the caller's repeat finds them by their lease token,
+    :func:`django_jobqueue.storage_claim.claimed_under`). Raised otherwise (a lock
+    timeout, "database is locked"), they would stay leased to no one until their
+    lease expired, holding their limits' slots."""
+    if not claimed or reconnect.is_disconnect(exc, using):
+        raise exc
+    logger.warning(
+        "limited claim on %s keeps the %d jobs it committed; the rest failed: %s",
+        using,
+        len(claimed),
+        exc,
+    )
 
 
 def _tight(targets: Sequence[Target], counts: dict[Pair, int], limit: int) -> bool:
@@ -248,7 +272,9 @@ def _full(targets: Sequence[Target], counts: dict[Pair, int]) -> set[Pair]:
     }
 
 
-def _claim(flights: flight.Flights, targets: list[Target], claim: dict[str, Any]) -> list[Job]:
+def _claim(
+    flights: flight.Flights, targets: list[Target], claim: dict[str, Any], *, again: bool = True
+) -> list[Job]:
     using = flights.using
     limit: int = claim["limit"]
     by_name = {target.name: target for target in targets}
@@ -310,7 +336,9 @@ def _claim(flights: flight.Flights, targets: list[Target], claim: dict[str, Any]
         return claimed
     first_rows = answers[0] if merged else None
     if merged and not rated and not global_pairs and len(keyed_targets) == 1:
-        return _claim_keyed(flights, keyed_targets[0], first_rows or [], claim)
+        return _claim_keyed(
+            flights, keyed_targets[0], first_rows or [], claim, want=want, again=again
+        )
     now = None
     if rated:
         now = sql.clock(using, answers[1] if merged and ticking is not None else None)
@@ -428,12 +456,22 @@ def _claim_keyed(
     target: Target,
     rows: Sequence[Sequence[Any]],
     claim: dict[str, Any],
+    *,
+    want: int,
+    again: bool,
 ) -> list[Job]:
     """PostgreSQL, the claim's one limit a partitioned concurrency: lock the rows of
     the candidates' keys, then one statement takes the candidates the limit admits
     (:func:`~django_jobqueue.storage_limits_update.keyed_claim_statement`), committed
-    in the same flight. A short claim counts the target's keys afterwards (a hint)
-    for the wake-ups (:func:`saturated`)."""
+    in the same flight. ``rows`` are the candidates, ``want`` the most read.
+
+    A claim that came back short although the candidates filled their read had some
+    refused: a key reached its limit within it, and more due jobs may wait behind
+    that key's backlog. When ``again`` and that flight committed (pipelined), the
+    rest of the claim is once more a new transaction, whose candidates leave such
+    keys out by their own counts (docs/limits.md "No head-of-line blocking").
+    Otherwise a short claim counts the target's keys afterwards (a hint) for the
+    wake-ups (:func:`saturated`)."""
     using = flights.using
     limit: int = claim["limit"]
     # A candidate row: id, job_type, queue, then its key under the target.
@@ -454,9 +492,20 @@ def _claim_keyed(
             )
         )
         claimed = storage_sql.claimed(using, flights.run(statements, commit=True)[-1])
+    if again and flights.pipelined and len(claimed) < limit and len(rows) >= want:
+        try:
+            with flight.transaction(using) as rest:
+                more = _claim(rest, [target], {**claim, "limit": limit - len(claimed)}, again=False)
+        except DatabaseError as exc:
+            _keep_committed(using, claimed, exc)
+            return claimed
+        return storage_sql.order(claimed + more) if claimed else more
     full: set[Pair] = set()
     if len(claimed) < limit:
-        full = _full([target], sql.count(using, [target], {}))
+        try:
+            full = _full([target], sql.count(using, [target], {}))
+        except DatabaseError as exc:  # a hint's count, after the commit
+            _keep_committed(using, claimed, exc)
     _note_saturated(using, full)
     if claimed:
         with _hints_lock:
@@ -475,13 +524,22 @@ def _claim_keyed_sqlite(
     due candidates the limit admits (:func:`~django_jobqueue.storage_limits_update.
     keyed_claim_statement` over :func:`~django_jobqueue.storage_limits_sql.due_rows`);
     no ``LimitState`` row is needed (they hold a rate's tokens, and the write
-    transaction is the lock). A short claim counts the keys, for the wake-ups."""
+    transaction is the lock). A short claim runs it once more in the same
+    transaction: a key that reached its limit within the first, its backlog filling
+    the candidates, is then in flight and left out, and the keys behind it are read.
+    A claim still short counts the keys, for the wake-ups."""
     using = flights.using
-    due = sql.due_rows(
-        using, targets, want, claim["queues"], claim["exclude_types"], claim["exclude_queues"]
-    )
-    (rows,) = flights.run([update.keyed_claim_statement(using, target, claim, due=due)])
-    claimed = storage_sql.claimed(using, rows)
+    claimed: list[Job] = []
+    for _round in range(2):
+        rest = {**claim, "limit": claim["limit"] - len(claimed)}
+        due = sql.due_rows(
+            using, targets, want, rest["queues"], rest["exclude_types"], rest["exclude_queues"]
+        )
+        (rows,) = flights.run([update.keyed_claim_statement(using, target, rest, due=due)])
+        claimed += storage_sql.claimed(using, rows)
+        if len(claimed) >= claim["limit"] or not rows:
+            break
+    claimed = storage_sql.order(claimed)
     full: set[Pair] = set()
     if len(claimed) < claim["limit"]:
         full = _full([target], sql.count(using, [target], {}))

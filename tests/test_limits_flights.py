@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from django.db import OperationalError, connection, connections
+from django.test import override_settings
 
 from django_jobqueue import storage
 from django_jobqueue import storage_limits as limits_claim
@@ -260,3 +261,140 @@ def test_flights__a_fair_limit_rotates_its_keys_outside_a_transaction() -> None:
     jobs = claim(4)
     assert b_jid in {job.jid for job in jobs}
     assert sorted(job.payload["customer"] for job in jobs) == ["A", "A", "A", "B"]
+
+
+@override_settings(JOBQUEUE={"LOCK_TIMEOUT_MS": 200})
+def test_flights__a_claim_keeps_the_jobs_its_first_transaction_committed() -> None:
+    # A global limit without room for the whole claim (PostgreSQL, SQLite): the
+    # guarded claim commits the other types' jobs, and the rest of the claim is a
+    # second transaction. When that one fails (its lock taken meanwhile by another
+    # session, past the lock timeout), the jobs committed first are still the
+    # claim's: returned, not left leased to no one until their lease expires.
+    if connection.vendor == "mysql":
+        pytest.skip("MariaDB's limited claim is one transaction")
+    free = {job.pk for job in Job.objects.filter(jid__in=enqueue("c", 3, "limits.free"))}
+    enqueue("c", 3)
+    limits.set_limit("default", "type:limits.run", {"concurrency": 2})
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:  # the second transaction's lock, taken before it
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                if other.vendor == "sqlite":
+                    cursor.execute("BEGIN IMMEDIATE")
+                else:
+                    cursor.execute("BEGIN")
+                    cursor.execute(
+                        "SELECT 1 FROM django_jobqueue_limitstate WHERE target = %s FOR UPDATE",
+                        ["type:limits.run"],
+                    )
+                held.set()
+                release.wait(30)
+                cursor.execute("ROLLBACK")
+        finally:
+            other.close()
+
+    holder = threading.Thread(target=hold)
+    begins = 0
+
+    def second_begin(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal begins
+        if sql.upper().startswith("BEGIN"):
+            begins += 1
+            # PostgreSQL's guarded claim sends no BEGIN (one pipelined flight);
+            # SQLite's is the first BEGIN IMMEDIATE.
+            if begins == (2 if connection.vendor == "sqlite" else 1):
+                holder.start()
+                assert held.wait(30)
+        return execute(sql, params, many, context)
+
+    limits.active("default")
+    paused_queues("default")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '100ms'")
+    try:
+        with connection.execute_wrapper(second_begin):
+            jobs = claim(10)
+    finally:
+        release.set()
+        if holder.is_alive():
+            holder.join(30)
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
+    assert holder.ident is not None  # the second transaction was met
+    assert {job.pk for job in jobs} == free
+    assert set(Job.objects.processing().values_list("pk", flat=True)) == free
+    assert len(claim(10)) == 2  # the limit's two slots, free all along
+
+
+def test_flights__a_keyed_claim_keeps_its_jobs_when_its_count_after_commit_fails() -> None:
+    # A short keyed claim counts the keys after its commit (a hint for the wake-ups).
+    # When that read fails (here behind a migration's table lock, past the lock
+    # timeout), the claimed job is still returned, not left leased to no one.
+    if connection.vendor != "postgresql":
+        pytest.skip("the keyed claim's two flights are PostgreSQL's")
+    enqueue("a", 3)
+    limits.set_limit(
+        "default", "type:limits.run", {"concurrency": 1, "partition": "payload.customer"}
+    )
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:  # a migration's lock on the job table
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                cursor.execute("BEGIN")
+                cursor.execute("LOCK TABLE django_jobqueue_job IN ACCESS EXCLUSIVE MODE")
+                held.set()
+                release.wait(30)
+                cursor.execute("ROLLBACK")
+        finally:
+            other.close()
+
+    holder = threading.Thread(target=hold)
+
+    def count_after_commit(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        outside = getattr(connection.connection, "_pipeline", None) is None
+        if outside and "COUNT(*)" in sql and not holder.is_alive():
+            holder.start()
+            assert held.wait(30)
+        return execute(sql, params, many, context)
+
+    limits.active("default")
+    paused_queues("default")
+    with connection.cursor() as cursor:
+        cursor.execute("SET lock_timeout = '100ms'")
+    try:
+        with connection.execute_wrapper(count_after_commit):
+            jobs = claim(2)
+    finally:
+        release.set()
+        if holder.is_alive():
+            holder.join(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+    assert holder.ident is not None  # the count after the commit was met
+    assert len(jobs) == 1
+    assert list(Job.objects.processing().values_list("pk", flat=True)) == [jobs[0].pk]
+
+
+def test_flights__a_key_filled_by_the_claim_does_not_hold_back_the_keys_behind_it() -> None:
+    # docs/limits.md "No head-of-line blocking": key a's backlog comes first in claim
+    # order, more of it than the claim reads at once; the claim takes a's one slot
+    # and goes on to b's job behind that backlog, on every database. (b ran before:
+    # a second round locks only the keys' existing rows, without waiting.)
+    limits.set_limit(
+        "default", "type:limits.run", {"concurrency": 1, "partition": "payload.customer"}
+    )
+    enqueue("b", 1)
+    assert storage.complete(claim(1)[0])
+    enqueue("a", 30)
+    enqueue("b", 2)
+    jobs = claim(4)
+    assert sorted(j.payload["customer"] for j in jobs) == ["a", "b"]
+    assert claim(4) == []
