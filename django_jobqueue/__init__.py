@@ -56,9 +56,13 @@ store (``:``)                 ``models``: Job and ScheduleJob, where Django look
                               ``registry`` (job descriptions and lookup), ``licence/``
                               (the token, its checks, the CLI), ``wakeups`` (a queue's
                               wake-up after commit), ``apitokens`` (the gateway's
-                              hashed API tokens), ``workerstats`` (the worker registry
-                              and per-minute statistics), ``pauses`` (queue pause and
-                              resume), ``errorlog`` (the entry a failed attempt adds)
+                              hashed API tokens), ``workerstats`` (the worker
+                              registry), ``jobstats`` (the job statistics of a
+                              process), ``statbuffer`` (their buffer and upserts),
+                              ``statmodels`` and ``flowmodels`` (the tables of job
+                              statistics and of batches and workflows), ``pauses``
+                              (queue pause and resume), ``errorlog`` (the entry a
+                              failed attempt adds)
 leaves (``:``)                ``core/``: ``conf`` (the JOBQUEUE settings), ``durations``
                               (the one duration parser), ``exceptions`` (the typed
                               errors), ``validation`` (text, queue, payload and delay
