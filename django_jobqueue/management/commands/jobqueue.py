@@ -183,10 +183,10 @@ def _format_age(seconds: float | None) -> str:
 
 @subcommand(
     "status",
-    help="Per queue: jobs by state (scheduled, waiting, running, failed, done, cancelled), "
-    "the oldest due job's wait (s), the busy workers and "
-    "the attempts done, failed and dead-lettered in the last hour; then the live "
-    "workers, idle ones included.",
+    help="Per queue: jobs by state (scheduled, waiting, running, failed, done, cancelled, "
+    "blocked), the oldest due job's wait (s), the busy workers and "
+    "the attempts done, failed and dead-lettered in the last hour; then the paused "
+    "queues, the limits in force and the live workers, idle ones included.",
     arguments=_status_arguments,
 )
 def _status(
