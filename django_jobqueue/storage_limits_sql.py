@@ -30,9 +30,10 @@ from django.db import connections
 from django.utils import timezone
 
 from . import storage_sql
-from .core.limitspec import MAX_KEY_LENGTH, Limit
+from .core.limitspec import Limit
 from .models import Job, JobStatus, LimitState, QueuePause
 from .store.flights import Flights, Sql
+from .store.limits import key_sql
 
 __all__ = [
     "Pair",
@@ -66,41 +67,6 @@ class Target:
     value: str
     #: The limit in force.
     limit: Limit
-
-
-def key_sql(using: str, limit: Limit) -> tuple[str, list[Any]]:
-    """The SQL of a job's key under ``limit`` and its parameters.
-
-    The stored ``limit_key`` when not "", else for a ``payload.<field>`` partition that
-    field of the payload as text (so a partition set at run time applies to jobs
-    enqueued before it), else "". The field's text is cut to
-    :data:`~django_jobqueue.core.limitspec.MAX_KEY_LENGTH` characters, the
-    ``LimitState.limit_key`` column's: a longer value (or an object's JSON text) is
-    counted under its first 200 characters rather than failing every claim of the
-    queue. A missing field, a JSON null and a payload that is not an object give "".
-    """
-    partition = limit.partition
-    if not isinstance(partition, str) or partition == "key":
-        return "limit_key", []
-    path = partition.split(".")[1:]
-    vendor = connections[using].vendor
-    extract: str
-    params: list[Any]
-    if vendor == "postgresql":
-        extract, params = f"LEFT(payload #>> %s, {MAX_KEY_LENGTH})", [path]
-    else:
-        quoted = "$" + "".join(f'."{part}"' for part in path)
-        if vendor == "mysql":
-            # JSON_UNQUOTE of a JSON null is the text 'null': null gives "" as elsewhere.
-            extract = (
-                "LEFT(CASE WHEN JSON_TYPE(JSON_EXTRACT(payload, %s)) = 'NULL' THEN NULL "
-                f"ELSE JSON_UNQUOTE(JSON_EXTRACT(payload, %s)) END, {MAX_KEY_LENGTH})"
-            )
-            params = [quoted, quoted]
-        else:
-            extract = f"SUBSTR(CAST(json_extract(payload, %s) AS TEXT), 1, {MAX_KEY_LENGTH})"
-            params = [quoted]
-    return f"CASE WHEN limit_key <> '' THEN limit_key ELSE COALESCE({extract}, '') END", params
 
 
 def _in(values: Collection[Any]) -> str:

@@ -292,8 +292,9 @@ def test_command__set_list_clear_round_trip_with_audit() -> None:
     enqueue("a", 3)
     claim(10)
     assert call("list") == (
-        "type:limits.run: concurrency=2 partition=payload.customer (set); in flight 2/2, due 1\n"
-        "  busiest keys (in flight): -=2\n"
+        "type:limits.run: concurrency=2 partition=payload.customer (set); "
+        "in flight 2/2 per key, due 1\n"
+        "  busiest keys (in flight): a=2\n"
     )
     import json
 
@@ -351,6 +352,21 @@ def test_claim__fair_rotates_keys_so_a_small_tenant_waits_one_round(fair: bool) 
         assert not b_jids & set(started)  # claim order: behind A's 5,000
 
 
+def test_command__a_run_time_partition_lists_the_claims_keys_per_key() -> None:
+    # Set at run time, the partition is not stored on the jobs (limit_key ""): the
+    # list reads each running job's key as the claim does, from the payload.
+    call("set", "type:limits.run", "--concurrency", "1", "--partition", "payload.customer")
+    enqueue("a", 2)
+    enqueue("b", 2)
+    assert len(claim(10)) == 2
+    assert set(Job.objects.filter(status=JobStatus.PROCESSING).values_list("limit_key")) == {("",)}
+    assert call("list") == (
+        "type:limits.run: concurrency=1 partition=payload.customer (set); "
+        "in flight 2/1 per key, due 2\n"
+        "  busiest keys (in flight): a=1, b=1\n"
+    )
+
+
 # Visibility -----------------------------------------------------------------------------
 
 
@@ -369,7 +385,10 @@ def test_status_and_metrics__show_each_limits_use() -> None:
     claim(10)
     out = StringIO()
     call_command("jobqueue", "status", stdout=out)
-    assert "type:limits.run: concurrency=2 rate=120/m (set); in flight 2/2, due 1" in out.getvalue()
+    assert (
+        "Limits: 1\ntype:limits.run: concurrency=2 rate=120/m (set); in flight 2/2, due 1\n"
+        in out.getvalue()
+    )
     out = StringIO()
     call_command("jobqueue", "status", "--json", stdout=out)
     (row,) = json.loads(out.getvalue())["limits"]

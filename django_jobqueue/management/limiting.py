@@ -176,6 +176,10 @@ def write_rows(command: BaseCommand, rows: list[dict[str, Any]]) -> None:
         effective = row["effective"]
         concurrency = effective.get("concurrency")
         use = f"{row['in_flight']}/{concurrency}" if concurrency else str(row["in_flight"])
+        if concurrency and effective.get("partition"):
+            # The concurrency holds per key, so the total may exceed it (as the
+            # console's Limits page says): "3/1 per key" is three keys at one each.
+            use += " per key"
         source = "set" if row["override"] is not None else "declared"
         if row["override"] is not None and "invalid" in row["override"]:
             # A row written by hand that the claims ignore (docs/limits.md).

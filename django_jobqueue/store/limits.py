@@ -36,8 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 
 from ..core.conf import get_config
 from ..core.exceptions import InvalidOption
@@ -54,6 +55,7 @@ __all__ = [
     "clear_limit",
     "declared_limits",
     "enqueue_key",
+    "key_sql",
     "limit_rows",
     "partition_key",
     "prune_states",
@@ -268,7 +270,13 @@ def limit_rows(using: str) -> list[dict[str, Any]]:
         running = jobs.filter(status=JobStatus.PROCESSING)
         keys: dict[str, int] = {}
         if effective.partitioned:
-            for key in running.values_list("limit_key", flat=True):
+            # The claim's own key (key_sql): a partition set at run time reads the
+            # payload's field, which the jobs enqueued without it have not stored.
+            # key_sql's text is constant; the field's path goes as a parameter.
+            sql, params = key_sql(using, effective)
+            claim_keys = running.annotate(claim_key=RawSQL(sql, params))  # noqa: S611
+            for value in claim_keys.values_list("claim_key", flat=True):
+                key = "" if value is None else str(value)
                 keys[key] = keys.get(key, 0) + 1
         rows.append(
             {
@@ -282,6 +290,41 @@ def limit_rows(using: str) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def key_sql(using: str, limit: Limit) -> tuple[str, list[Any]]:
+    """The SQL of a job's key under ``limit`` and its parameters.
+
+    The stored ``limit_key`` when not "", else for a ``payload.<field>`` partition that
+    field of the payload as text (so a partition set at run time applies to jobs
+    enqueued before it), else "". The field's text is cut to
+    :data:`~django_jobqueue.core.limitspec.MAX_KEY_LENGTH` characters, the
+    ``LimitState.limit_key`` column's: a longer value (or an object's JSON text) is
+    counted under its first 200 characters rather than failing every claim of the
+    queue. A missing field, a JSON null and a payload that is not an object give "".
+    """
+    partition = limit.partition
+    if not isinstance(partition, str) or partition == "key":
+        return "limit_key", []
+    path = partition.split(".")[1:]
+    vendor = connections[using].vendor
+    extract: str
+    params: list[Any]
+    if vendor == "postgresql":
+        extract, params = f"LEFT(payload #>> %s, {MAX_KEY_LENGTH})", [path]
+    else:
+        quoted = "$" + "".join(f'."{part}"' for part in path)
+        if vendor == "mysql":
+            # JSON_UNQUOTE of a JSON null is the text 'null': null gives "" as elsewhere.
+            extract = (
+                "LEFT(CASE WHEN JSON_TYPE(JSON_EXTRACT(payload, %s)) = 'NULL' THEN NULL "
+                f"ELSE JSON_UNQUOTE(JSON_EXTRACT(payload, %s)) END, {MAX_KEY_LENGTH})"
+            )
+            params = [quoted, quoted]
+        else:
+            extract = f"SUBSTR(CAST(json_extract(payload, %s) AS TEXT), 1, {MAX_KEY_LENGTH})"
+            params = [quoted]
+    return f"CASE WHEN limit_key <> '' THEN limit_key ELSE COALESCE({extract}, '') END", params
 
 
 def _field(payload: Any, path: str) -> Any:

@@ -183,10 +183,10 @@ def _format_age(seconds: float | None) -> str:
 
 @subcommand(
     "status",
-    help="Per queue: jobs by state (scheduled, waiting, running, failed, done, cancelled), "
-    "the oldest due job's wait (s), the busy workers and "
-    "the attempts done, failed and dead-lettered in the last hour; then the live "
-    "workers, idle ones included.",
+    help="Per queue: jobs by state (scheduled, waiting, running, failed, done, cancelled, "
+    "blocked), the oldest due job's wait (s), the busy workers and "
+    "the attempts done, failed and dead-lettered in the last hour; then the paused "
+    "queues, the limits in force and the live workers, idle ones included.",
     arguments=_status_arguments,
 )
 def _status(
@@ -216,7 +216,7 @@ def _status(
     if not rows:
         command.stdout.write("No jobs.")
         _write_paused(command, paused)
-        limiting.write_rows(command, limited)
+        _write_limits(command, limited)
         _write_live_workers(command, live)
         return
     header = [
@@ -244,7 +244,7 @@ def _status(
         command.stdout.write("  ".join(cells).rstrip())
     command.stdout.write(f"Busy workers (holding a job now): {workers}")
     _write_paused(command, paused)
-    limiting.write_rows(command, limited)
+    _write_limits(command, limited)
     _write_live_workers(command, live)
 
 
@@ -252,6 +252,14 @@ def _write_paused(command: Command, paused: list[str]) -> None:
     """One line naming the paused queues (``jobqueue pause``); nothing when none is."""
     if paused:
         command.stdout.write(f"Paused queues (not claimed until resumed): {', '.join(paused)}")
+
+
+def _write_limits(command: Command, limited: list[dict[str, Any]]) -> None:
+    """The flow-control limits in force under a heading of their own (as the live
+    workers have), one line each (``jobqueue limits list``); nothing when none is."""
+    if limited:
+        command.stdout.write(f"Limits: {len(limited)}")
+        limiting.write_rows(command, limited)
 
 
 def _worker_dict(worker: Worker) -> dict[str, Any]:
