@@ -43,9 +43,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections
 
@@ -75,6 +75,8 @@ __all__ = [
 MAX_EXTRA_CANDIDATES = 100
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _hints_lock = threading.Lock()
 #: alias -> monotonic time before which no rate-limited job may start.
@@ -172,34 +174,9 @@ def claim_limited(
     timedelta, ``token`` the claim's new lease token), ``view`` the limits in force.
     Returns the claimed jobs in claim order. Call inside
     :func:`~django_jobqueue.store.locks.retry_when_locked`: it opens its own write
-    transaction (:func:`~django_jobqueue.store.flights.transaction`). A claim whose
-    prepared statement was refused because a migration on another session changed a
-    returned column's type is run once more, its session's statements forgotten.
+    transaction (:func:`~django_jobqueue.store.flights.transaction`), or two, each
+    by :func:`_transaction`.
     """
-    try:
-        return _claim_limited(
-            using, view, owner, token, limit, queues, exclude_types, exclude_queues, lease, started
-        )
-    except DatabaseError as exc:
-        if not prepared.forget_if_plan_changed(connections[using], exc):
-            raise
-    return _claim_limited(
-        using, view, owner, token, limit, queues, exclude_types, exclude_queues, lease, started
-    )
-
-
-def _claim_limited(  # noqa: PLR0913 (claim_limited's arguments, in its order)
-    using: str,
-    view: LimitsView,
-    owner: str,
-    token: str,
-    limit: int,
-    queues: Sequence[str] | None,
-    exclude_types: Collection[str],
-    exclude_queues: Sequence[str],
-    lease: timedelta,
-    started: bool,
-) -> list[Job]:
     claim: dict[str, Any] = {
         "owner": owner,
         "token": token,
@@ -218,21 +195,39 @@ def _claim_limited(  # noqa: PLR0913 (claim_limited's arguments, in its order)
         # the whole claim when each target has room for it (by its count, taken
         # after the locks). A target without that room had its jobs left out: the
         # claim takes the rest as below, in a transaction of its own.
-        with flight.transaction(using) as flights:
-            pairs = sorted((t.name, "") for t in targets)
-            claimed, counts = sql.guarded_claim(flights, pairs, targets, claim=claim)
+        pairs = sorted((t.name, "") for t in targets)
+        claimed, counts = _transaction(
+            using, lambda flights: sql.guarded_claim(flights, pairs, targets, claim=claim)
+        )
         if len(claimed) >= limit or not _tight(targets, counts, limit):
             _note_saturated(using, _full(targets, counts) if len(claimed) < limit else ())
             return claimed
+        rest = {**claim, "limit": limit - len(claimed)}
         try:
-            with flight.transaction(using) as flights:
-                more = _claim(flights, targets, {**claim, "limit": limit - len(claimed)})
+            more = _transaction(using, lambda flights: _claim(flights, targets, rest))
         except DatabaseError as exc:
             _keep_committed(using, claimed, exc)
             return claimed
         return storage_sql.order(claimed + more) if claimed else more
+    return _transaction(using, lambda flights: _claim(flights, targets, claim))
+
+
+def _transaction(using: str, body: Callable[[flight.Flights], T]) -> T:
+    """Run ``body`` in a write transaction of flights on ``using``; return its result.
+
+    A transaction whose prepared statement PostgreSQL refused because a migration on
+    another session changed a returned column's type (inside a pipelined transaction
+    the cursor cannot repeat it) is rolled back whole, then run once more with the
+    session's prepared statements forgotten. Any other error propagates.
+    """
+    try:
+        with flight.transaction(using) as flights:
+            return body(flights)
+    except DatabaseError as exc:
+        if not prepared.forget_if_plan_changed(connections[using], exc):
+            raise
     with flight.transaction(using) as flights:
-        return _claim(flights, targets, claim)
+        return body(flights)
 
 
 def _keep_committed(using: str, claimed: list[Job], exc: DatabaseError) -> None:
@@ -493,9 +488,9 @@ def _claim_keyed(
         )
         claimed = storage_sql.claimed(using, flights.run(statements, commit=True)[-1])
     if again and flights.pipelined and len(claimed) < limit and len(rows) >= want:
+        rest = {**claim, "limit": limit - len(claimed)}
         try:
-            with flight.transaction(using) as rest:
-                more = _claim(rest, [target], {**claim, "limit": limit - len(claimed)}, again=False)
+            more = _transaction(using, lambda flights: _claim(flights, [target], rest, again=False))
         except DatabaseError as exc:
             _keep_committed(using, claimed, exc)
             return claimed
