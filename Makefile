@@ -47,7 +47,7 @@ lint:
 	scripts/lint-clients ruby php crystal
 
 # Ours on PostgreSQL, MariaDB and SQLite (bench/run.py's docstring): a table, JSON in
-# .artifacts/bench/ and the README's "Benchmarks (last run)". About 10 minutes;
+# .artifacts/bench/ and the README's "Benchmarks (last run)". About 15 minutes;
 # BENCH_QUICK=1 for a 2-minute smoke run, BENCH_BIG=0 without the 1,000,000-job table.
 # Not part of `make test`. exec: a Ctrl-C reaches the Python process directly.
 bench:
