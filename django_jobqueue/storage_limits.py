@@ -495,17 +495,7 @@ def _claim_keyed(
             _keep_committed(using, claimed, exc)
             return claimed
         return storage_sql.order(claimed + more) if claimed else more
-    full: set[Pair] = set()
-    if len(claimed) < limit:
-        try:
-            full = _full([target], sql.count(using, [target], {}))
-        except DatabaseError as exc:  # a hint's count, after the commit
-            _keep_committed(using, claimed, exc)
-    _note_saturated(using, full)
-    if claimed:
-        with _hints_lock:
-            _throttled.pop(using, None)
-    return claimed
+    return _noted_keyed(using, target, claimed, limit)
 
 
 def _claim_keyed_sqlite(
@@ -534,10 +524,21 @@ def _claim_keyed_sqlite(
         claimed += storage_sql.claimed(using, rows)
         if len(claimed) >= claim["limit"] or not rows:
             break
-    claimed = storage_sql.order(claimed)
+    return _noted_keyed(using, target, storage_sql.order(claimed), claim["limit"])
+
+
+def _noted_keyed(using: str, target: Target, claimed: list[Job], limit: int) -> list[Job]:
+    """Record what a claim under ``target`` alone found; return its ``claimed`` jobs.
+
+    A claim shorter than ``limit`` counts the target's keys (a hint): those at their
+    concurrency wake the idle workers when a job of theirs ends (:func:`saturated`).
+    A count that fails keeps the claimed jobs (:func:`_keep_committed`)."""
     full: set[Pair] = set()
-    if len(claimed) < claim["limit"]:
-        full = _full([target], sql.count(using, [target], {}))
+    if len(claimed) < limit:
+        try:
+            full = _full([target], sql.count(using, [target], {}))
+        except DatabaseError as exc:
+            _keep_committed(using, claimed, exc)
     _note_saturated(using, full)
     if claimed:
         with _hints_lock:

@@ -385,18 +385,9 @@ def candidates_statement(
     a flight after the global limits' locks (:func:`lock_and_count`'s ``then``): the
     targets and keys at their concurrency are left out by counts in the statement
     itself, which runs after the locks."""
-    conn = connections[using]
-    table = conn.ops.quote_name(Job._meta.db_table)
     columns, select_params = _columns(using, targets)
-    where, params = _where(
-        using, targets, queues, exclude_types, exclude_queues, frozenset(), counted=True
-    )
-    return Sql(
-        f"SELECT {columns} FROM {table} WHERE {where} ORDER BY priority, run_at, id LIMIT %s"
-        " FOR UPDATE SKIP LOCKED",
-        [*select_params, *params, want],
-        prepare=True,
-    )
+    text, params = _first_due(using, columns, targets, want, queues, exclude_types, exclude_queues)
+    return Sql(f"{text} FOR UPDATE SKIP LOCKED", [*select_params, *params], prepare=True)
 
 
 def due_rows(
@@ -410,12 +401,27 @@ def due_rows(
     """SQLite: a ``FROM`` item of the claim's first ``want`` due jobs, whole rows, in
     claim order, the targets and keys at their concurrency left out by counts in the
     statement itself (no row lock: the write transaction is the lock)."""
+    text, params = _first_due(using, "*", targets, want, queues, exclude_types, exclude_queues)
+    return f"({text}) AS d", params
+
+
+def _first_due(  # noqa: PLR0913 (the claim's filters, as its callers take them)
+    using: str,
+    columns: str,
+    targets: Sequence[Target],
+    want: int,
+    queues: Sequence[str] | None,
+    exclude_types: Collection[str],
+    exclude_queues: Sequence[str],
+) -> tuple[str, list[Any]]:
+    """``SELECT columns`` of the first ``want`` due jobs in claim order, the targets
+    and keys at their concurrency left out by counts in the statement itself."""
     table = connections[using].ops.quote_name(Job._meta.db_table)
     where, params = _where(
         using, targets, queues, exclude_types, exclude_queues, frozenset(), counted=True
     )
     return (
-        f"(SELECT * FROM {table} WHERE {where} ORDER BY priority, run_at, id LIMIT %s) AS d",
+        f"SELECT {columns} FROM {table} WHERE {where} ORDER BY priority, run_at, id LIMIT %s",
         [*params, want],
     )
 
