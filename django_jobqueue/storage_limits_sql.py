@@ -313,8 +313,10 @@ def _where(
     and not locked by the statement's ``FOR UPDATE``)."""
     conn = connections[using]
     now, now_params = _now_sql(using)
-    where = f"waiting = %s AND run_at <= {now}"
-    params: list[Any] = [True, *now_params]
+    # TRUE written out: PostgreSQL's claim index is partial (WHERE waiting), and a
+    # prepared plan matches that only to a literal (docs/design.md#indexes).
+    where = f"waiting = TRUE AND run_at <= {now}"
+    params: list[Any] = [*now_params]
     if queues:
         where += f" AND queue IN ({_in(queues)})"
         params += list(queues)

@@ -288,11 +288,13 @@ def _claim_statement(
     if vendor == "sqlite":  # heartbeat_at (above), started_at, updated_at
         set_params += [stamp, stamp] if started else [stamp]
     times = f"heartbeat_at = {now}, started_at = {started_sql}, updated_at = {now}"
+    # TRUE written out: PostgreSQL's claim indexes are partial (WHERE waiting), and a
+    # prepared (generic) plan matches that only to a literal (docs/design.md#indexes).
     sql = (
         f"UPDATE {table} SET status = %s, waiting = %s, attempt = attempt + 1, "
         f"lease_owner = %s, lease_token = %s, lease_expires_at = {lease_sql}, {times}, "
         f"{release} WHERE {guard}id {pick}SELECT id FROM {table} "
-        f"WHERE waiting = %s AND run_at <= {now}{filters} "
+        f"WHERE waiting = TRUE AND run_at <= {now}{filters} "
         f"ORDER BY priority, run_at, id LIMIT %s{picked} RETURNING {_columns(using)}"
     )
     params = [
@@ -301,7 +303,6 @@ def _claim_statement(
         *set_params,
         unique.UNTIL_EXECUTING,
         *guard_params,
-        True,
         *now_params,
         *filter_params,
         limit,
