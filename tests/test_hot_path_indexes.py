@@ -3,7 +3,7 @@
 Seven indexes of the job table hold only the row versions some state needs
 (docs/design.md#indexes): the claim indexes the waiting rows, the lease index the
 running ones, the finished and per-queue indexes the ended ones, the origin index
-the jobs a plan enqueued. Here: their predicates; that the statements which read
+the jobs a plan enqueued (``schedule:<name>``). Here: their predicates; that the statements which read
 them still can, the claim as a prepared generic plan included; that a drained job
 leaves no entry in the claim indexes; and that the migration runs back and forth.
 """
@@ -33,7 +33,7 @@ PARTIAL = {
     "jq_job_lease_idx": ("(status, lease_expires_at)", ("status", "= 'processing'")),
     "jq_job_finished_idx": ("(status, finished_at)", ("status", *ENDINGS)),
     "jq_job_queue_idx": ("(queue, status, finished_at)", ("status", *ENDINGS)),
-    "jq_job_origin_idx": ("(origin, created_at)", ("origin", "<> ''")),
+    "jq_job_origin_idx": ("(origin, created_at)", ("origin", ">= 'schedule:'", "< 'schedule;'")),
 }
 
 
@@ -135,16 +135,18 @@ def test_a_claimed_and_finished_job_leaves_no_entry_in_the_claim_indexes():
         cursor.execute(
             "SELECT relname, reltuples FROM pg_class WHERE relname IN "
             "('jq_job_claim_idx', 'jq_job_claim_any_idx', 'jq_job_lease_idx', "
-            "'jq_job_finished_idx')"
+            "'jq_job_finished_idx', 'jq_job_origin_idx')"
         )
         tuples = dict(cursor.fetchall())
     # Vacuum counts each index's live entries: none for the 20 done jobs in the
-    # waiting and running rows' indexes, one each in the ended rows' index.
+    # waiting and running rows' indexes, nor in the plans' (enqueued by code), one
+    # each in the ended rows' index.
     assert tuples == {
         "jq_job_claim_idx": 0,
         "jq_job_claim_any_idx": 0,
         "jq_job_lease_idx": 0,
         "jq_job_finished_idx": 20,
+        "jq_job_origin_idx": 0,
     }
 
 
