@@ -487,19 +487,29 @@ def complete_rows(
         guard_params.insert(0, False)
     for job, _r, _d in items:
         guard_params += [job.pk, job.lease_token]
-    update = f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({_in(pks)}) AND {guard}"
+    where = f"WHERE id IN ({_in(pks)}) AND {guard}"
     if vendor == "mysql":
+        # By the primary key, in pk order, as an enqueue with ``after`` locks its
+        # upstream rows (docs/workflows.md "Lock order"): left to itself, InnoDB
+        # scans the lease index (status, lease_expires_at) and locks in lease
+        # order, and every other worker's running row on its way.
         with _mysql_transaction(using), conn.cursor() as cursor:
             cursor.execute(
-                f"SELECT id FROM {table} WHERE id IN ({_in(pks)}) AND {guard} FOR UPDATE",
+                f"SELECT id FROM {table} FORCE INDEX (PRIMARY) {where} ORDER BY id FOR UPDATE",
                 [*pks, *guard_params],
             )
             owned = {row[0] for row in cursor.fetchall()}
             if owned:
-                cursor.execute(update, [*params, *pks, *guard_params])
+                cursor.execute(
+                    f"UPDATE {table} FORCE INDEX (PRIMARY) SET {', '.join(sets)} {where}",
+                    [*params, *pks, *guard_params],
+                )
         return owned
     with conn.cursor() as cursor:
-        cursor.execute(f"{update} RETURNING id", [*params, *pks, *guard_params])
+        cursor.execute(
+            f"UPDATE {table} SET {', '.join(sets)} {where} RETURNING id",
+            [*params, *pks, *guard_params],
+        )
         return {row[0] for row in cursor.fetchall()}
 
 

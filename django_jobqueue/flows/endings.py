@@ -171,7 +171,8 @@ def _resolve(using: str, pks: Sequence[int]) -> list[Ended]:
     jobs = Job.objects.using(using)
     edges = Dependency.objects.using(using).filter(dependent_id=OuterRef("pk"))
     failed = edges.filter(state=EDGE_FAILED)
-    lock = connections[using].features.has_select_for_update
+    conn = connections[using]
+    lock = conn.features.has_select_for_update
     out: list[Ended] = []
     for chunk in _chunks(list(pks)):
         blocked = jobs.filter(pk__in=list(chunk), status=JobStatus.BLOCKED).order_by("pk")
@@ -181,8 +182,16 @@ def _resolve(using: str, pks: Sequence[int]) -> list[Ended]:
             # the statement that waited for the lock would miss the end of an
             # upstream job committed meanwhile by the transaction that held it,
             # and two upstream jobs ending at once would each see the other's
-            # edge pending and leave their dependent blocked for good.
-            locked = list(blocked.select_for_update().values_list("pk", flat=True))
+            # edge pending and leave their dependent blocked for good. On MySQL
+            # by pk alone: InnoDB locks in the order of the index it scans, and
+            # with ``status`` in the WHERE that may be a status index, not pk
+            # order (docs/workflows.md "Lock order"); the status is read next.
+            mine = (
+                jobs.filter(pk__in=list(chunk)).order_by("pk")
+                if conn.vendor == "mysql"
+                else blocked
+            )
+            locked = list(mine.select_for_update().values_list("pk", flat=True))
             if not locked:
                 continue
             blocked = jobs.filter(pk__in=locked, status=JobStatus.BLOCKED).order_by("pk")

@@ -267,13 +267,26 @@ def _check_open(using: str, batch_id: int) -> None:
 def _lock_upstream(using: str, jids: Sequence[str]) -> dict[str, tuple[int, str]]:
     """Lock the rows of ``jids`` in pk order; return {jid: (pk, status)}.
 
+    PostgreSQL locks the rows a ``SELECT ... ORDER BY ... FOR UPDATE`` returns in
+    that order (it sorts, then locks). InnoDB locks them as the index it scans
+    meets them, before sorting: by the ``jid`` index, in the order of the jids
+    (random), and a batched ``done`` locking the same rows in pk order deadlocked
+    it (1213). So on MySQL the pks are read first, unlocked (a row's jid never
+    changes), and the rows locked by pk alone, which only the primary key serves
+    (docs/workflows.md "Lock order").
+
     Raises
     ------
     InvalidRequest
         If a jid names no job (it was never made, or was pruned).
     """
-    rows = Job.objects.using(using).filter(jid__in=list(jids)).order_by("pk")
-    if connections[using].features.has_select_for_update:
+    jobs = Job.objects.using(using)
+    rows = jobs.filter(jid__in=list(jids)).order_by("pk")
+    conn = connections[using]
+    if conn.vendor == "mysql":
+        pks = list(rows.values_list("pk", flat=True))
+        rows = jobs.filter(pk__in=pks).order_by("pk")
+    if conn.features.has_select_for_update:
         rows = rows.select_for_update()
     found = {jid: (pk, status) for pk, jid, status in rows.values_list("pk", "jid", "status")}
     missing = [jid for jid in jids if jid not in found]

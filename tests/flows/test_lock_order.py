@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -63,6 +64,48 @@ def run(target: Callable[[], Any], errors: list[BaseException]) -> threading.Thr
     thread = threading.Thread(target=body)
     thread.start()
     return thread
+
+
+def a_table_of_many_ended_jobs(count: int = 2000) -> None:
+    """Fill the job table with ``count`` done jobs (its usual state) and analyse it.
+
+    On a table of a few dozen rows InnoDB's plans scan the primary key, which locks
+    in pk order whatever the statement asks; on this one they take the ``jid`` and
+    lease indexes, as in production (docs/workflows.md "Lock order")."""
+    jq.enqueue_many([{"queue": "ended", "job_type": "flows.noop"}] * count)
+    Job.objects.filter(queue="ended").update(status=JobStatus.DONE, waiting=False)
+    table = connection.ops.quote_name(Job._meta.db_table)
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute(f"ANALYZE TABLE {table}")
+            cursor.fetchall()
+        else:
+            cursor.execute(f"ANALYZE {table}")
+
+
+def unlocked(pks: list[int]) -> set[int]:
+    """Return those of ``pks`` whose job rows no transaction holds locked (no wait)."""
+    with transaction.atomic():
+        rows = Job.objects.filter(pk__in=pks).select_for_update(skip_locked=True)
+        return set(rows.values_list("pk", flat=True))
+
+
+def hold(pk: int, errors: list[BaseException]) -> tuple[threading.Thread, threading.Event]:
+    """Lock job row ``pk`` in a thread until the returned event is set."""
+    held, release = threading.Event(), threading.Event()
+
+    def body() -> None:
+        try:
+            with transaction.atomic():
+                list(Job.objects.filter(pk=pk).select_for_update().values_list("pk"))
+                held.set()
+                assert release.wait(30)
+        finally:
+            held.set()
+
+    thread = run(body, errors)
+    assert held.wait(30)
+    return thread, release
 
 
 def test_two_upstream_jobs_ending_at_once_make_their_dependent_due() -> None:
@@ -134,7 +177,66 @@ def test_an_enqueue_into_a_batch_after_its_job_racing_that_jobs_end_never_deadlo
     assert (row.total, row.done) == (3, 1)
 
 
+def test_an_enqueue_after_many_jobs_locks_them_in_pk_order() -> None:
+    """While the lowest-pk upstream row is held, the enqueue waits for it holding no
+    other upstream row. Scanning the ``jid`` index, InnoDB locked them in jid order
+    (random) first, which deadlocked the batched ``done`` (1213)."""
+    a_table_of_many_ended_jobs()
+    jobs = [jq.enqueue_job("race", "flows.noop") for _ in range(30)]
+    pks = dict(Job.objects.filter(queue="race").values_list("jid", "pk"))
+    upstream = sorted(jobs, key=lambda r: pks[r.jid])
+    # The lowest pk's jid not the lowest jid: a jid-order lock takes another row first.
+    while upstream[0].jid == min(r.jid for r in upstream):
+        upstream = upstream[1:]
+    first, rest = pks[upstream[0].jid], [pks[r.jid] for r in upstream[1:]]
+    errors: list[BaseException] = []
+    holder, release = hold(first, errors)
+    enqueuer = run(lambda: jq.enqueue_job("race", "flows.noop", after=upstream), errors)
+    until_a_lock_wait(errors)
+    try:
+        assert unlocked(rest) == set(rest)
+    finally:
+        release.set()
+        holder.join()
+        enqueuer.join()
+    assert not errors, errors
+
+
+def test_a_batched_done_locks_its_jobs_in_pk_order() -> None:
+    """While the lowest-pk row is held, the batched ``done`` waits for it holding no
+    other row of the batch, though the leases end in the opposite order (heartbeats
+    extend them one by one): on MySQL it locks by the primary key, not by the lease
+    index (status, lease_expires_at) InnoDB chose for it."""
+    a_table_of_many_ended_jobs()
+    with jq.batch():
+        for _ in range(30):
+            jq.enqueue_job("race", "flows.noop")
+    jobs = sorted(
+        storage.claim("default", owner="w", limit=30, queues=["race"]), key=lambda j: j.pk
+    )
+    assert len(jobs) == 30
+    for rank, job in enumerate(jobs):  # the lowest pk's lease ends last
+        later = Job.objects.filter(pk=job.pk).values_list("lease_expires_at", flat=True)[0]
+        Job.objects.filter(pk=job.pk).update(lease_expires_at=later - timedelta(seconds=rank))
+    first, rest = jobs[0].pk, [job.pk for job in jobs[1:]]
+    errors: list[BaseException] = []
+    stored: list[set[int]] = []
+    holder, release = hold(first, errors)
+    items = [(job, None, None) for job in jobs]
+    doer = run(lambda: stored.append(hooks.complete_rows("default", items)), errors)
+    until_a_lock_wait(errors)
+    try:
+        assert unlocked(rest) == set(rest)
+    finally:
+        release.set()
+        holder.join()
+        doer.join()
+    assert not errors, errors
+    assert stored == [{job.pk for job in jobs}]
+
+
 def test_an_enqueue_after_many_running_jobs_racing_their_batched_done_never_deadlocks() -> None:
+    a_table_of_many_ended_jobs()
     for _round in range(10):
         with jq.batch():  # linked: the batched done takes its transaction path
             jids = [jq.enqueue_job("race", "flows.noop").jid for _ in range(60)]
