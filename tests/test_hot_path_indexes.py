@@ -15,10 +15,19 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_jobqueue import enqueue_job, storage_sql
+from django_jobqueue import (
+    enqueue_job,
+    maintenance,
+    storage_limits_sql,
+    storage_limits_update,
+    storage_sql,
+)
+from django_jobqueue.core.limitspec import Limit
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.storage_limits_sql import Target
 from tests.no_duplicate_helpers import JOB_TYPE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vendor("postgresql")]
@@ -158,3 +167,88 @@ def test_migration__runs_back_to_the_full_indexes_and_forth_again():
     finally:
         call_command("migrate", "django_jobqueue", verbosity=0)
     test_the_indexes_hold_only_the_rows_their_readers_read()
+
+
+# -- Readers of the states' rows that state the state (docs/design.md#indexes) --------
+
+
+#: The partial indexes of the running rows (``WHERE status = 'processing'``).
+RUNNING_INDEXES = ("jq_job_running_idx", "jq_job_lease_idx")
+
+
+def _reads_running_rows(plan: str) -> bool:
+    return any(f"using {index} on" in plan for index in RUNNING_INDEXES)
+
+
+def _target(column: str, value: str, **limit: object) -> Target:
+    kind = "queue" if column == "queue" else "type"
+    return Target(f"{kind}:{value}", column, value, Limit(**limit))  # type: ignore[arg-type]
+
+
+def _claim_of(limit: int = 2) -> dict:
+    return {
+        "owner": "w",
+        "token": "t",
+        "limit": limit,
+        "queues": None,
+        "exclude_types": (),
+        "exclude_queues": (),
+        "lease": timedelta(seconds=30),
+        "started": True,
+    }
+
+
+@pytest.mark.parametrize("partition", [None, "payload.k"], ids=["global", "partitioned"])
+def test_a_limits_count_of_running_jobs_reads_the_running_index_as_a_generic_plan(partition):
+    # Prepared statements (store/flights.py): with ``status = $1`` their generic plan
+    # matched no partial index and read the whole table.
+    target = _target("queue", "q", concurrency=3, partition=partition)
+    count = storage_limits_sql.count_statement("default", [target], {})
+    assert count.prepare
+    assert _reads_running_rows(_plan(count.text, count.params, generic=True))
+    claim = _claim_of()
+    if partition is None:
+        sql, params = storage_limits_sql.guarded_claim_statement("default", [target], claim)
+    else:
+        keyed = storage_limits_update.keyed_claim_statement("default", target, claim, ids=[1, 2])
+        sql, params = keyed.text, keyed.params
+    assert _reads_running_rows(_plan(sql, params, generic=True))
+    due = storage_limits_sql.candidates_statement("default", [target], 5, None, (), ())
+    assert _reads_running_rows(_plan(due.text, due.params, generic=True))
+
+
+def test_the_status_counts_per_queue_read_the_partial_indexes():
+    # One GROUP BY queue, status read every row once jq_job_queue_idx held the ended
+    # rows alone; per state, each count reads the index of its rows.
+    with CaptureQueriesContext(connection) as queries:
+        maintenance.queue_status("default", queues=["q"])
+    table = Job._meta.db_table
+    counts = [q["sql"] for q in queries.captured_queries if "GROUP BY" in q["sql"]]
+    plans = [_plan(sql, None) for sql in counts if table in sql]
+    used = "\n".join(plans)
+    for index in ("jq_job_claim_idx", "jq_job_queue_idx"):
+        assert index in used, used
+    assert _reads_running_rows(used), used
+    partial = {name for name, definition in _indexes().items() if " WHERE " in definition}
+    for plan in plans:
+        assert not _whole_scans(plan, partial), plan
+
+
+def _whole_scans(plan: str, partial: set[str]) -> list[str]:
+    """The scans of the job table in ``plan`` (EXPLAIN text, no bitmap scans) that read
+    it whole: a table scan, or an index that is not partial walked without a bound."""
+    lines = plan.splitlines()
+    whole = []
+    for at, line in enumerate(lines):
+        if f" on {Job._meta.db_table}" not in line or "Scan" not in line:
+            continue
+        index = line.partition(" using ")[2].partition(" on ")[0]
+        depth = len(line) - len(line.lstrip())
+        below = []
+        for after in lines[at + 1 :]:
+            if len(after) - len(after.lstrip()) <= depth or after.lstrip().startswith("->"):
+                break
+            below.append(after)
+        if not index or (index not in partial and not any("Index Cond" in b for b in below)):
+            whole.append(line.strip())
+    return whole
