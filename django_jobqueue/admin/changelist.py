@@ -27,7 +27,7 @@ from ..core.conf import get_config
 from ..core.dbclock import Now
 from ..models import Batch, Job, JobStatus, Workflow
 from ..store.registry import registered_job_types
-from ..store.states import STATE_OF_STATUS, status_label
+from ..store.states import STATE_OF_STATUS, status_filter, status_label
 
 __all__ = [
     "BatchFilter",
@@ -167,7 +167,7 @@ class StatusFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """Keep the jobs of the chosen status."""
         if self.value() in JobStatus.values:
-            return queryset.filter(status=self.value())
+            return queryset.filter(status_filter(self.value()))
         return queryset
 
 
