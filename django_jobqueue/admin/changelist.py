@@ -166,8 +166,9 @@ class StatusFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """Keep the jobs of the chosen status."""
-        if self.value() in JobStatus.values:
-            return queryset.filter(status_filter(self.value()))
+        status = self.value()
+        if status is not None and status in JobStatus.values:
+            return queryset.filter(status_filter(status))
         return queryset
 
 
