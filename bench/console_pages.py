@@ -11,6 +11,7 @@ superuser::
     .venv/bin/python bench/console_pages.py --vacuum --stats-days 7 --stats-keys 20
     .venv/bin/python bench/console_pages.py --url mysql://root@127.0.0.1:3306/jq_bench_console
     .venv/bin/python bench/console_pages.py --url sqlite:////tmp/jq_bench_console.sqlite3
+    .venv/bin/python bench/console_pages.py --vacuum --migration 0026   # indexes before 0027
 
 The waiting jobs are the oldest rows (a backlog under the work done since): the lists of
 waiting jobs must not walk the finished ones to find them.
@@ -163,6 +164,12 @@ def main() -> int:
         help="VACUUM ANALYZE the jobs first (the steady state autovacuum reaches; without it "
         "the pages run right after the fill's mass UPDATE, no visibility map set).",
     )
+    parser.add_argument(
+        "--migration",
+        default=None,
+        help="Migrate django_jobqueue to this migration (e.g. 0026: the indexes before "
+        "0027) instead of the latest, to compare a migration's indexes on the same rows.",
+    )
     args = parser.parse_args()
 
     ensure_database(args.url)
@@ -172,13 +179,12 @@ def main() -> int:
 
     django.setup()
     from django.contrib.auth.models import User
-    from django.core.management import call_command
     from django.db import connection
     from django.test import Client, override_settings
 
     from django_jobqueue.models import Job, JobStat
 
-    call_command("migrate", verbosity=0)
+    migrate(args.migration)
     if Job.objects.count() != args.rows:
         fill(args.rows)
         keep_waiting(args.waiting)
@@ -238,6 +244,24 @@ def main() -> int:
         print(f"{page:60} {median:10.1f} {slowest:8.1f} {sql:8.1f} {statements:6d} {status}")
     print(f"load average: {', '.join(f'{n:.2f}' for n in os.getloadavg())}")
     return 0
+
+
+def migrate(target: str | None) -> None:
+    """Migrate every app to its latest; ``target``: django_jobqueue to that migration
+    instead (forward or back), without first going past it when it is applied already
+    (0027 back to 0026 rebuilds seven indexes of the million rows; twice would double it)."""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    if target is None:
+        call_command("migrate", verbosity=0)
+        return
+    executor = MigrationExecutor(connection)
+    name = executor.loader.get_migration_by_prefix("django_jobqueue", target).name
+    if ("django_jobqueue", name) not in executor.recorder.applied_migrations():
+        call_command("migrate", verbosity=0)  # a new database: every app's tables first
+    call_command("migrate", "django_jobqueue", target, verbosity=0)
 
 
 def ensure_plan_and_limit() -> str:

@@ -36,6 +36,7 @@ from .store.flights import Flights, Sql
 from .store.limits import key_sql
 
 __all__ = [
+    "RUNNING",
     "Pair",
     "Target",
     "candidates",
@@ -47,6 +48,7 @@ __all__ = [
     "counts_of",
     "due_rows",
     "guarded_claim",
+    "guarded_claim_statement",
     "key_sql",
     "lock_and_count",
     "lock_statement",
@@ -67,6 +69,14 @@ class Target:
     value: str
     #: The limit in force.
     limit: Limit
+
+
+#: The running jobs a limit counts, ``processing`` as a literal: on PostgreSQL the
+#: indexes of the running rows are partial (``jq_job_running_idx`` (queue, id),
+#: ``jq_job_lease_idx``, ``WHERE status = 'processing'``), and a prepared statement's
+#: generic plan matches one only to a literal; with ``status = $1`` it read the whole
+#: table (docs/design.md#indexes).
+RUNNING = f"status = '{JobStatus.PROCESSING.value}'"
 
 
 def _in(values: Collection[Any]) -> str:
@@ -116,11 +126,11 @@ def count_statement(using: str, targets: Sequence[Target], keys: dict[str, list[
     parts: list[str] = []
     params: list[Any] = []
     for index, target in enumerate(targets):
-        where = f"status = %s AND {target.column} = %s"
+        where = f"{RUNNING} AND {target.column} = %s"
         if target.limit.partitioned:
             sql, key_params = key_sql(using, target.limit)
             only = keys.get(target.name)
-            part_params = [*key_params, JobStatus.PROCESSING, target.value]
+            part_params = [*key_params, target.value]
             if only:
                 where += f" AND {sql} IN ({_in(only)})"
                 part_params += [*key_params, *only]
@@ -128,7 +138,7 @@ def count_statement(using: str, targets: Sequence[Target], keys: dict[str, list[
             params += part_params
         else:
             parts.append(f"SELECT {index}, '', COUNT(*) FROM {table} WHERE {where}")
-            params += [JobStatus.PROCESSING, target.value]
+            params.append(target.value)
     return Sql(" UNION ALL ".join(parts), params, prepare=not keys)
 
 
@@ -278,23 +288,31 @@ def guarded_claim(
     """
     using = flights.using
     conn = connections[using]
-    table = conn.ops.quote_name(Job._meta.db_table)
-    guard = ""
-    guard_params: list[Any] = []
-    for target in targets:
-        guard += (
-            f" AND ({target.column} <> %s OR "
-            f"(SELECT COUNT(*) FROM {table} WHERE status = %s AND {target.column} = %s) <= %s)"
-        )
-        room = (target.limit.concurrency or 0) - claim["limit"]
-        guard_params += [target.value, JobStatus.PROCESSING, target.value, room]
-    text, params = storage_sql.claim_statement(using, guard=(guard, guard_params), **claim)
+    text, params = guarded_claim_statement(using, targets, claim)
     locking = [lock_statement(using, pairs)] if conn.vendor == "postgresql" else []
     answers = flights.run(
         [*locking, count_statement(using, targets, {}), Sql(text, params, prepare=True)],
         commit=True,
     )
     return storage_sql.claimed(using, answers[-1]), counts_of(targets, answers[-2])
+
+
+def guarded_claim_statement(
+    using: str, targets: Sequence[Target], claim: dict[str, Any]
+) -> tuple[str, list[Any]]:
+    """The claim of :func:`guarded_claim`: SQL and parameters of the plain claim's
+    statement, guarded per target by a count of its running jobs."""
+    table = connections[using].ops.quote_name(Job._meta.db_table)
+    guard = ""
+    guard_params: list[Any] = []
+    for target in targets:
+        guard += (
+            f" AND ({target.column} <> %s OR "
+            f"(SELECT COUNT(*) FROM {table} WHERE {RUNNING} AND {target.column} = %s) <= %s)"
+        )
+        room = (target.limit.concurrency or 0) - claim["limit"]
+        guard_params += [target.value, target.value, room]
+    return storage_sql.claim_statement(using, guard=(guard, guard_params), **claim)
 
 
 def _where(
@@ -347,7 +365,7 @@ def _where(
         concurrency = target.limit.concurrency
         if concurrency is None:
             continue
-        running = f"FROM {table} WHERE status = %s AND {target.column} = %s"
+        running = f"FROM {table} WHERE {RUNNING} AND {target.column} = %s"
         if target.limit.partitioned:
             sql, key_params = key_sql(using, target.limit)
             where += (
@@ -358,7 +376,7 @@ def _where(
         else:
             where += f" AND NOT ({target.column} = %s AND (SELECT COUNT(*) {running}) >= %s)"
             params.append(target.value)
-        params += [JobStatus.PROCESSING, target.value, concurrency]
+        params += [target.value, concurrency]
     return where, params
 
 

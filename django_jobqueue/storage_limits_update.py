@@ -13,7 +13,7 @@ from django.db import connections
 
 from . import storage_sql
 from .models import Job, JobStatus, LimitState
-from .storage_limits_sql import Pair, Target, key_sql
+from .storage_limits_sql import RUNNING, Pair, Target, key_sql
 from .store import unique
 from .store.flights import Sql
 
@@ -62,12 +62,12 @@ def keyed_claim_statement(
         f"SELECT c.id FROM (SELECT id, priority, run_at, {key} AS k, {col} = %s AS limited, "
         f"ROW_NUMBER() OVER (PARTITION BY {col} = %s, {key} ORDER BY priority, run_at, id) "
         f"AS r FROM {source}) AS c LEFT JOIN (SELECT {key} AS k, COUNT(*) AS n FROM {table} "
-        f"WHERE status = %s AND {col} = %s{counted} GROUP BY 1) AS f ON f.k = c.k "
+        f"WHERE {RUNNING} AND {col} = %s{counted} GROUP BY 1) AS f ON f.k = c.k "
         "WHERE NOT c.limited OR c.r <= %s - COALESCE(f.n, 0) "
         "ORDER BY c.priority, c.run_at, c.id LIMIT %s"
     )
     params = [*key_params, target.value, target.value, *key_params, *source_params]
-    params += [*key_params, JobStatus.PROCESSING, target.value, *counted_params]
+    params += [*key_params, target.value, *counted_params]
     params += [target.limit.concurrency or 0, claim["limit"]]
     update, update_params = _update_sql(
         using, claim["owner"], claim["token"], claim["lease"], claim["started"]

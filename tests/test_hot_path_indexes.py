@@ -10,15 +10,27 @@ leaves no entry in the claim indexes; and that the migration runs back and forth
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_jobqueue import enqueue_job, storage_sql
+from django_jobqueue import (
+    enqueue_job,
+    maintenance,
+    storage_limits_sql,
+    storage_limits_update,
+    storage_sql,
+)
+from django_jobqueue.console import queries
+from django_jobqueue.core.limitspec import Limit
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.storage_limits_sql import Target
+from tests.maintenance_helpers import make_jobs
 from tests.no_duplicate_helpers import JOB_TYPE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vendor("postgresql")]
@@ -160,3 +172,104 @@ def test_migration__runs_back_to_the_full_indexes_and_forth_again():
     finally:
         call_command("migrate", "django_jobqueue", verbosity=0)
     test_the_indexes_hold_only_the_rows_their_readers_read()
+
+
+# -- Readers of the states' rows that state the state (docs/design.md#indexes) --------
+
+
+#: The partial indexes of the running rows (``WHERE status = 'processing'``).
+RUNNING_INDEXES = ("jq_job_running_idx", "jq_job_lease_idx")
+
+
+def _reads_running_rows(plan: str) -> bool:
+    return any(f"using {index} on" in plan for index in RUNNING_INDEXES)
+
+
+def _target(column: str, value: str, **limit: object) -> Target:
+    kind = "queue" if column == "queue" else "type"
+    return Target(f"{kind}:{value}", column, value, Limit(**limit))  # type: ignore[arg-type]
+
+
+def _claim_of(limit: int = 2) -> dict:
+    return {
+        "owner": "w",
+        "token": "t",
+        "limit": limit,
+        "queues": None,
+        "exclude_types": (),
+        "exclude_queues": (),
+        "lease": timedelta(seconds=30),
+        "started": True,
+    }
+
+
+@pytest.mark.parametrize("partition", [None, "payload.k"], ids=["global", "partitioned"])
+def test_a_limits_count_of_running_jobs_reads_the_running_index_as_a_generic_plan(partition):
+    # Prepared statements (store/flights.py): with ``status = $1`` their generic plan
+    # matched no partial index and read the whole table.
+    target = _target("queue", "q", concurrency=3, partition=partition)
+    count = storage_limits_sql.count_statement("default", [target], {})
+    assert count.prepare
+    assert _reads_running_rows(_plan(count.text, count.params, generic=True))
+    claim = _claim_of()
+    if partition is None:
+        sql, params = storage_limits_sql.guarded_claim_statement("default", [target], claim)
+    else:
+        keyed = storage_limits_update.keyed_claim_statement("default", target, claim, ids=[1, 2])
+        sql, params = keyed.text, keyed.params
+    assert _reads_running_rows(_plan(sql, params, generic=True))
+    due = storage_limits_sql.candidates_statement("default", [target], 5, None, (), ())
+    assert _reads_running_rows(_plan(due.text, due.params, generic=True))
+
+
+def test_the_status_counts_per_queue_read_the_partial_indexes():
+    # One GROUP BY queue, status read every row once jq_job_queue_idx held the ended
+    # rows alone; per state, each count reads the partial index of its rows. Not the
+    # blocked rows: no index holds them alone (jq_job_type_idx has status second).
+    with CaptureQueriesContext(connection) as queries:
+        maintenance.queue_status("default", queues=["q"])
+    table = Job._meta.db_table
+    counts = [q["sql"] for q in queries.captured_queries if "GROUP BY" in q["sql"]]
+    partial = {name for name, definition in _indexes().items() if " WHERE " in definition}
+    read = []
+    for sql in counts:
+        if table in sql and "'blocked'" not in sql:
+            plan = _plan(sql, None)
+            assert set(_scanned(plan)) <= partial, plan
+            read += _scanned(plan)
+    assert {"jq_job_claim_idx", "jq_job_queue_idx"} <= set(read), read
+    assert set(read) & set(RUNNING_INDEXES), read
+
+
+def _scanned(plan: str) -> list[str]:
+    """The indexes the scans of the job table in ``plan`` (EXPLAIN text) read; "table"
+    for a table scan."""
+    scans = re.findall(rf"Scan(?: Backward)?(?: using (\w+))? on {Job._meta.db_table}\b", plan)
+    return [index or "table" for index in scans]
+
+
+#: The partial indexes of the waiting rows.
+WAITING_INDEXES = {"jq_job_claim_idx", "jq_job_claim_any_idx", "jq_job_waiting_idx"}
+
+
+@pytest.mark.parametrize("status", [JobStatus.INIT, JobStatus.RETRY])
+def test_a_list_of_a_waiting_status_reads_the_waiting_rows(status):
+    # ``status:retry``, the console's state filter and the search's ``state:`` term,
+    # with ``waiting`` stated, which only those statuses have: over the waiting rows'
+    # indexes, under newer finished work; ``status = 'retry'`` alone walked the primary
+    # key backwards through it (docs/console.md "Speed at a million jobs").
+    make_jobs(30, queue="mail", status=JobStatus.INIT)
+    make_jobs(30, queue="mail", status=JobStatus.RETRY)
+    make_jobs(20_000, queue="mail", status=JobStatus.DONE)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")  # noqa: S608 (a model's table)
+    for data in ({"state": f"status:{status}"}, {"q": f"state:status:{status}"}):
+        for queue in ({}, {"queue": "mail"}):
+            jobs = queries.filtered_jobs("default", {**data, **queue})
+            page = jobs.order_by("-pk")[: queries.PAGE_SIZE + 1]
+            sql, params = page.query.sql_with_params()
+            with connection.cursor() as cursor:
+                cursor.execute("EXPLAIN " + sql, params)
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert _scanned(plan) and set(_scanned(plan)) <= WAITING_INDEXES, plan
+            assert {job.status for job in page} == {status} and len(page) == 30

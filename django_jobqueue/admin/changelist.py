@@ -27,7 +27,7 @@ from ..core.conf import get_config
 from ..core.dbclock import Now
 from ..models import Batch, Job, JobStatus, Workflow
 from ..store.registry import registered_job_types
-from ..store.states import STATE_OF_STATUS, status_label
+from ..store.states import STATE_OF_STATUS, status_filter, status_label
 
 __all__ = [
     "BatchFilter",
@@ -166,8 +166,9 @@ class StatusFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """Keep the jobs of the chosen status."""
-        if self.value() in JobStatus.values:
-            return queryset.filter(status=self.value())
+        status = self.value()
+        if status is not None and status in JobStatus.values:
+            return queryset.filter(status_filter(status))
         return queryset
 
 

@@ -51,7 +51,7 @@ PAGE_SIZE = 50
 #: (docs/design.md#states), then each stored status on its own (``status:retry``).
 STATES: dict[str, Q] = {
     **{word: states.state_filter(word) for word in states.STATES},
-    **{f"status:{status}": Q(status=status) for status in JobStatus.values},
+    **{f"status:{status}": states.status_filter(status) for status in JobStatus.values},
 }
 #: Other names of a state the filter still takes (older links): the console's
 #: former ``dead`` and ``retrying``.

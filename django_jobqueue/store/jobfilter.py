@@ -65,7 +65,7 @@ _TERM = re.compile(r'\s*(?:([A-Za-z_][\w.\-]*):)?("(?:[^"\\]|\\.)*"?|\S+)')
 _PATH_KEY = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
 _STATE_WORDS = {
     **{word: states.state_filter(word) for word in states.STATES},
-    **{f"status:{status}": Q(status=status) for status in JobStatus.values},
+    **{f"status:{status}": states.status_filter(status) for status in JobStatus.values},
     "dead": states.state_filter(states.FAILED),
 }
 

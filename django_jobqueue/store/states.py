@@ -30,7 +30,7 @@ from django.db.models import F, Q
 from django.db.models.lookups import Exact
 
 from ..core.dbclock import Now
-from ..models import DEAD_STATUSES, JobStatus
+from ..models import DEAD_STATUSES, WAITING_STATUSES, JobStatus
 
 __all__ = [
     "BLOCKED",
@@ -46,6 +46,7 @@ __all__ = [
     "state_filter",
     "state_label",
     "state_word",
+    "status_filter",
     "status_label",
 ]
 
@@ -152,3 +153,15 @@ def state_filter(word: str) -> Q:
         CANCELLED: Q(status=JobStatus.CANCELLED),
         BLOCKED: Q(status=JobStatus.BLOCKED),
     }[word]
+
+
+def status_filter(status: str) -> Q:
+    """Return the filter of the jobs whose stored status is ``status``.
+
+    ``init`` and ``retry`` with ``waiting`` too (true exactly for them): PostgreSQL
+    then reads them over the waiting rows' partial indexes (docs/design.md#indexes),
+    not the whole table in id order.
+    """
+    if status in WAITING_STATUSES:
+        return Q(is_waiting(), status=status)
+    return Q(status=status)
