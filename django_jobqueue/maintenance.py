@@ -45,7 +45,7 @@ from . import storage
 from .core.conf import get_config
 from .core.dbclock import Now
 from .flows import hooks
-from .models import DEAD_STATUSES, FINISHED_STATUSES, Job, JobStatus, ScheduleJob
+from .models import DEAD_STATUSES, Job, JobStatus, ScheduleJob
 from .schedules import set_enabled_plans
 from .store import locks, states
 from .store.batches import delete_in_batches
@@ -461,10 +461,12 @@ def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[Que
     if queues is not None:
         jobs = jobs.filter(queue__in=list(queues))
     counts: dict[str, dict[str, int]] = {}
-    for queue, status, number in _counts_by_status(jobs):
+    for queue, status, number in jobs.values_list("queue", "status").annotate(n=Count("*")):
         counts.setdefault(queue, dict.fromkeys(JobStatus.values, 0))[status] = number
     # The state words (docs/console.md#states) split the waiting jobs (``init`` and
-    # ``retry``) by their run_at: a second count over the claim index.
+    # ``retry``) by their run_at: a second count over the claim index, which
+    # ``waiting`` leads; one GROUP BY of the whole table is cheaper than a count per
+    # index once the done jobs are most of it.
     by_state: dict[str, dict[str, int]] = {}
     for queue, number in (
         jobs.filter(waiting=True, run_at__lte=Now()).values_list("queue").annotate(n=Count("*"))
@@ -503,34 +505,6 @@ def queue_status(using: str, *, queues: Iterable[str] | None = None) -> list[Que
             busy_workers=workers.get(name, 0),
         )
         for name in names
-    ]
-
-
-def _counts_by_status(jobs: QuerySet[Job]) -> list[tuple[str, str, int]]:
-    """(queue, status, jobs) of ``jobs``, counted per state over the index of its rows.
-
-    Not one ``GROUP BY queue, status``: on PostgreSQL most job indexes hold only the
-    rows of some states (docs/design.md#indexes), so that read the whole table, for
-    one queue too. The waiting rows (``init``, ``retry``: exactly those ``waiting``)
-    over a claim index, the running ones over ``jq_job_running_idx``, the ended ones
-    over ``jq_job_queue_idx`` (index-only), the blocked ones over ``jq_job_type_idx``.
-    """
-    by_status = ("queue", "status")
-    return [
-        *jobs.filter(states.is_waiting()).values_list(*by_status).annotate(n=Count("*")),
-        *(
-            (queue, JobStatus.PROCESSING, number)
-            for queue, number in jobs.filter(status=JobStatus.PROCESSING)
-            .values_list("queue")
-            .annotate(n=Count("*"))
-        ),
-        *jobs.filter(status__in=FINISHED_STATUSES).values_list(*by_status).annotate(n=Count("*")),
-        *(
-            (queue, JobStatus.BLOCKED, number)
-            for queue, number in jobs.filter(status=JobStatus.BLOCKED)
-            .values_list("queue")
-            .annotate(n=Count("*"))
-        ),
     ]
 
 
