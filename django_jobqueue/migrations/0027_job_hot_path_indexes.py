@@ -27,10 +27,11 @@ with the same leading columns where a query names them:
 count, cancel or delete of every state reads it (a small queue among a million jobs
 in well under a millisecond, against about 100 ms without it).
 
-Measured (bench/bulk_copy.py, 5,000 jobs per ``enqueue_many``, two alternating
-rounds): 45,318 and 45,798 -> 54,148 and 51,734 jobs/s, CPU per job (client and
-server) 21.0 -> 17.4-18.1 us; a no-op drain at 2 processes x 12 slots 9,269 and
-8,991 -> 10,571 and 9,452 jobs/s steady (docs/design.md#indexes).
+Measured against the indexes before it, three alternating rounds on one quiet machine
+(medians): ``enqueue_many`` of 5,000 jobs (bench/bulk_copy.py) 48,125 -> 56,790
+jobs/s (1.18x), CPU per job (client and server) 19.5 -> 16.8 us; a no-op drain
+(bench/process_scaling.py, ``--no-log-success``) at 2 processes x 12 slots 8,276 ->
+9,934 jobs/s steady (1.20x), at 1 x 4 4,320 -> 4,754 (1.10x) (docs/design.md#indexes).
 
 PostgreSQL only, as 0004, 0006 and 0024: MySQL has no partial index, and SQLite
 does not match one to a filter whose value is a bound parameter. The model's
