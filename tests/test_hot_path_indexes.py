@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -65,6 +66,10 @@ def _plan(sql: str, params: list, *, generic: bool = False) -> str:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("SET LOCAL enable_bitmapscan = off")
+        # Nor a sort: statistics an earlier test left (a table analysed while it held
+        # no waiting job) make a small index plus a sort look cheapest; the question
+        # here is whether an index can give the reader its rows and order.
+        cursor.execute("SET LOCAL enable_sort = off")
         if generic:
             cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             cursor.execute("PREPARE jq_plan_probe AS " + _numbered(sql))
@@ -83,16 +88,17 @@ def _numbered(sql: str) -> str:
     return "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], 1)) + parts[-1]
 
 
+#: The claims' arguments here but their limit and queues.
+CLAIM: dict[str, Any] = {
+    "owner": "w",
+    "token": "t",
+    "exclude_types": (),
+    "lease": timedelta(seconds=30),
+}
+
+
 def _claim(queues: list[str] | None) -> tuple[str, list]:
-    return storage_sql.claim_statement(
-        "default",
-        owner="w",
-        token="t",
-        limit=5,
-        queues=queues,
-        exclude_types=(),
-        lease=timedelta(seconds=30),
-    )
+    return storage_sql.claim_statement("default", **CLAIM, limit=5, queues=queues)
 
 
 def test_the_indexes_hold_only_the_rows_their_readers_read():
@@ -120,7 +126,8 @@ def test_the_claim_reads_a_claim_index_as_a_generic_plan(queues):
 def test_the_reaper_and_prune_read_their_partial_indexes():
     now = timezone.now()
     reap = Job.objects.filter(status=JobStatus.PROCESSING, lease_expires_at__lt=now)
-    assert "jq_job_lease_idx" in _plan(*reap.query.sql_with_params())
+    # Either partial index of the running rows serves it (the other is by queue).
+    assert _reads_running_rows(_plan(*reap.query.sql_with_params()))
     prune = Job.objects.filter(status=JobStatus.DONE, finished_at__lte=now).order_by("finished_at")
     assert "jq_job_finished_idx" in _plan(*prune.query.sql_with_params())
     blocked = Job.objects.filter(status=JobStatus.BLOCKED).order_by("finished_at")
@@ -132,15 +139,7 @@ def test_the_reaper_and_prune_read_their_partial_indexes():
 def test_a_claimed_and_finished_job_leaves_no_entry_in_the_claim_indexes():
     for _ in range(20):
         enqueue_job("q", JOB_TYPE)
-    jobs = storage_sql.claim_rows(
-        "default",
-        owner="w",
-        token="t",
-        limit=20,
-        queues=None,
-        exclude_types=(),
-        lease=timedelta(seconds=30),
-    )
+    jobs = storage_sql.claim_rows("default", **CLAIM, limit=20, queues=None)
     assert len(jobs) == 20
     storage_sql.complete_rows("default", [(job, None, None) for job in jobs])
     assert Job.objects.filter(status=JobStatus.DONE).count() == 20

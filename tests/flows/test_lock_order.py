@@ -190,6 +190,22 @@ def test_an_enqueue_into_a_batch_after_its_job_racing_that_jobs_end_never_deadlo
     assert (row.total, row.done) == (3, 1)
 
 
+def waits_holding_none_of(rest: list[int], first: int, action: Callable[[], Any]) -> None:
+    """Hold row ``first``, run ``action`` in a thread until it waits for a lock, and
+    check it holds none of the rows ``rest`` meanwhile (it locks in pk order)."""
+    errors: list[BaseException] = []
+    holder, release = hold(first, errors)
+    worker = run(action, errors)
+    until_a_lock_wait(errors)
+    try:
+        assert unlocked(rest) == set(rest)
+    finally:
+        release.set()
+        holder.join()
+        worker.join()
+    assert not errors, errors
+
+
 @pytest.mark.usefixtures("a_table_of_many_ended_jobs")
 def test_an_enqueue_after_many_jobs_locks_them_in_pk_order() -> None:
     """While the lowest-pk upstream row is held, the enqueue waits for it holding no
@@ -202,17 +218,7 @@ def test_an_enqueue_after_many_jobs_locks_them_in_pk_order() -> None:
     while upstream[0].jid == min(r.jid for r in upstream):
         upstream = upstream[1:]
     first, rest = pks[upstream[0].jid], [pks[r.jid] for r in upstream[1:]]
-    errors: list[BaseException] = []
-    holder, release = hold(first, errors)
-    enqueuer = run(lambda: jq.enqueue_job("race", "flows.noop", after=upstream), errors)
-    until_a_lock_wait(errors)
-    try:
-        assert unlocked(rest) == set(rest)
-    finally:
-        release.set()
-        holder.join()
-        enqueuer.join()
-    assert not errors, errors
+    waits_holding_none_of(rest, first, lambda: jq.enqueue_job("race", "flows.noop", after=upstream))
 
 
 @pytest.mark.usefixtures("a_table_of_many_ended_jobs")
@@ -232,19 +238,9 @@ def test_a_batched_done_locks_its_jobs_in_pk_order() -> None:
         later = Job.objects.filter(pk=job.pk).values_list("lease_expires_at", flat=True)[0]
         Job.objects.filter(pk=job.pk).update(lease_expires_at=later - timedelta(seconds=rank))
     first, rest = jobs[0].pk, [job.pk for job in jobs[1:]]
-    errors: list[BaseException] = []
     stored: list[set[int]] = []
-    holder, release = hold(first, errors)
     items = [(job, None, None) for job in jobs]
-    doer = run(lambda: stored.append(hooks.complete_rows("default", items)), errors)
-    until_a_lock_wait(errors)
-    try:
-        assert unlocked(rest) == set(rest)
-    finally:
-        release.set()
-        holder.join()
-        doer.join()
-    assert not errors, errors
+    waits_holding_none_of(rest, first, lambda: stored.append(hooks.complete_rows("default", items)))
     assert stored == [{job.pk for job in jobs}]
 
 
