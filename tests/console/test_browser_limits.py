@@ -5,6 +5,7 @@ at it while a real ``runworkers`` drains; a throttled job's page says why it wai
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,19 @@ from .test_browser import ARGS, CHROMIUM, browser, shot  # noqa: F401
 from .test_browser_search import login
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _open(page: Any, url: str) -> None:
+    """Go to ``url``. The limits page refreshes itself (a meta refresh): on a busy
+    machine that refresh can start while this navigation does and abort it
+    (``net::ERR_ABORTED``), so an aborted navigation is tried again, twice at most."""
+    for attempt in range(3):
+        try:
+            page.goto(url)
+            return
+        except Exception as error:  # playwright's Error; playwright is imported lazily
+            if "ERR_ABORTED" not in str(error) or attempt == 2:
+                raise
 
 
 def test_set_a_limit_in_the_console_and_watch_in_flight_hold_at_it(live_server, browser):  # noqa: F811
@@ -42,7 +56,7 @@ def test_set_a_limit_in_the_console_and_watch_in_flight_hold_at_it(live_server, 
         workers.wait_started()
         deadline = time.monotonic() + 120
         while RunRecord.objects.count() < 12 and time.monotonic() < deadline:
-            page.goto(f"{live_server.url}/console/limits/")
+            _open(page, f"{live_server.url}/console/limits/")
             cell = page.locator("#limits tr[data-target='type:limits.run'] .jq-in-flight")
             seen.append(cell.inner_text())
             if seen[-1] == "2 / 2" and len(seen) < 50:
