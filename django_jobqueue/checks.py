@@ -54,7 +54,8 @@ _LIMITS_HINT = (
 def check_database(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """E101: MySQL < 8.0 / MariaDB < 10.6 (no SKIP LOCKED); W102: MySQL session not UTC."""
+    """E101: MySQL < 8.0 / MariaDB < 10.6 (no SKIP LOCKED); W102: MySQL session not UTC;
+    W104: MySQL sessions not READ COMMITTED."""
     messages: list[CheckMessage] = []
     for alias in databases or ():
         conn = connections[alias]
@@ -80,7 +81,34 @@ def check_database(
                     id="django_jobqueue.W102",
                 )
             )
+        isolation = _mysql_isolation(conn)
+        if isolation != "READ-COMMITTED":
+            messages.append(
+                Warning(
+                    f"Database {alias!r} sessions are {isolation}: a job's end there reads "
+                    "the edges of its dependents as they were when its transaction first "
+                    "read, so two upstream jobs ending at once can each leave their "
+                    "dependent blocked until the repair pass (30 s), and the lock order "
+                    "of ends and enqueues with after does not cover its gap locks.",
+                    hint='Use "isolation_level": "read committed" in its OPTIONS (Django\'s '
+                    'default; docs/workflows.md "Lock order").',
+                    id="django_jobqueue.W104",
+                )
+            )
     return messages
+
+
+def _mysql_isolation(conn: Any) -> str:
+    """The session's isolation level, as MySQL spells it (``READ-COMMITTED``): MySQL
+    8 names the variable ``transaction_isolation``, MariaDB before 11.1
+    ``tx_isolation``."""
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "SHOW SESSION VARIABLES WHERE Variable_name IN "
+            "('transaction_isolation', 'tx_isolation')"
+        )
+        values = [str(value).upper() for _name, value in cursor.fetchall()]
+    return values[0] if values else "READ-COMMITTED"
 
 
 @register(Tags.database)

@@ -19,7 +19,7 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 
 from django_jobqueue import maintenance, storage
-from django_jobqueue.checks import MYSQL_PACKET_OVERHEAD, check_sizes
+from django_jobqueue.checks import MYSQL_PACKET_OVERHEAD, check_database, check_sizes
 from django_jobqueue.core.conf import get_config, validate_settings
 from django_jobqueue.core.exceptions import InvalidPayload, LockTimeout
 from django_jobqueue.core.validation import check_result_size, json_size
@@ -360,3 +360,20 @@ def test_a_result_over_max_result_bytes_fails_the_attempt_with_a_clear_error() -
     assert row.status == JobStatus.ERROR  # stored as a failure: not left processing
     assert row.result is None
     assert "MAX_RESULT_BYTES" in row.message
+
+
+@pytest.mark.vendor("mysql")
+def test_system_check_warns_of_mysql_sessions_not_read_committed() -> None:
+    # docs/workflows.md "Lock order": an end reads its dependents' edges in a
+    # statement after their lock, which sees the other end's commit only at READ
+    # COMMITTED; at REPEATABLE READ both ends could leave their dependent blocked.
+    assert check_database(databases=["default"]) == []
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    try:
+        (warning,) = check_database(databases=["default"])
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    assert warning.id == "django_jobqueue.W104"
+    assert "REPEATABLE-READ" in warning.msg

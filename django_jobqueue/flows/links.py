@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from ..core.exceptions import InvalidOption, InvalidRequest
 from ..models import (
@@ -273,7 +273,10 @@ def _lock_upstream(using: str, jids: Sequence[str]) -> dict[str, tuple[int, str]
     (random), and a batched ``done`` locking the same rows in pk order deadlocked
     it (1213). So on MySQL the pks are read first, unlocked (a row's jid never
     changes), and the rows locked by pk alone, which only the primary key serves
-    (docs/workflows.md "Lock order").
+    (docs/workflows.md "Lock order"). That unlocked read sees the caller's snapshot
+    when its transaction is REPEATABLE READ: a job committed since is not in it,
+    and is looked up again by a locking read (which reads the latest rows), after
+    the others are locked.
 
     Raises
     ------
@@ -282,17 +285,26 @@ def _lock_upstream(using: str, jids: Sequence[str]) -> dict[str, tuple[int, str]
     """
     jobs = Job.objects.using(using)
     rows = jobs.filter(jid__in=list(jids)).order_by("pk")
-    conn = connections[using]
-    if conn.vendor == "mysql":
+    if connections[using].vendor != "mysql":
+        found = _locked(rows)
+    else:
         pks = list(rows.values_list("pk", flat=True))
-        rows = jobs.filter(pk__in=pks).order_by("pk")
-    if conn.features.has_select_for_update:
-        rows = rows.select_for_update()
-    found = {jid: (pk, status) for pk, jid, status in rows.values_list("pk", "jid", "status")}
+        found = _locked(jobs.filter(pk__in=pks).order_by("pk"))
+        late = [jid for jid in jids if jid not in found]
+        if late:
+            found.update(_locked(jobs.filter(jid__in=late).order_by("pk")))
     missing = [jid for jid in jids if jid not in found]
     if missing:
         raise InvalidRequest(f"after names jobs that do not exist: {missing[:5]}.")
     return found
+
+
+def _locked(rows: QuerySet[Job]) -> dict[str, tuple[int, str]]:
+    """Lock ``rows`` (a job queryset; not on SQLite, whose write transaction is the
+    lock) and return {jid: (pk, status)} of them."""
+    if connections[rows.db].features.has_select_for_update:
+        rows = rows.select_for_update()
+    return {jid: (pk, status) for pk, jid, status in rows.values_list("pk", "jid", "status")}
 
 
 def wait_many(using: str, waits: Sequence[tuple[int, dict[int, str], str]]) -> None:

@@ -38,8 +38,13 @@ does not match one to a filter whose value is a bound parameter. The model's
 ``Meta`` keeps naming the indexes by their full column lists, so Django's migration
 state is unchanged. Each index is rebuilt ``CONCURRENTLY`` (a live table keeps
 taking writes) under a new name, then the old one dropped and the new one renamed.
+A run stopped half way runs again to the end: it first waits for another session's
+index statement on the table to end (the stopped run's own, which the server
+finishes after its client is gone), then starts each swap from its build.
 """
 
+import logging
+import time
 from typing import Any
 
 from django.db import migrations
@@ -73,6 +78,38 @@ INDEXES = {
 }
 
 
+logger = logging.getLogger(__name__)
+
+#: The other client sessions holding the job table's lock for an index statement run
+#: CONCURRENTLY (``CREATE``, ``DROP``, ``REINDEX``). Such a statement of a stopped
+#: run goes on on the server after its client was killed, holding the table's
+#: ``SHARE UPDATE EXCLUSIVE`` lock. A statement of this run waiting for that lock
+#: holds a snapshot, which the other build's last phase waits for: PostgreSQL
+#: breaks that deadlock by failing one of the two, often this run.
+OTHER_BUILDS = (
+    "SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'relation' AND l.relation = %s::regclass AND l.granted "
+    "AND l.mode = 'ShareUpdateExclusiveLock' AND l.pid <> pg_backend_pid() "
+    "AND a.backend_type = 'client backend' AND a.query ILIKE '%%INDEX%%CONCURRENTLY%%'"
+)
+
+
+def _wait_for_other_builds(schema_editor: Any, table: str) -> None:
+    """Return once no other session runs an index statement on ``table`` (polled
+    every 0.1 s, for as long as it runs; one warning log line names them)."""
+    warned = False
+    with schema_editor.connection.cursor() as cursor:
+        while True:
+            cursor.execute(OTHER_BUILDS, [table])
+            pids = [row[0] for row in cursor.fetchall()]
+            if not pids:
+                return
+            if not warned:
+                logger.warning("waiting for the index statements on %s of sessions %s", table, pids)
+                warned = True
+            time.sleep(0.1)
+
+
 def _swap(schema_editor: Any, table: str, name: str, columns: str, predicate: str) -> None:
     """Make index ``name`` be ``columns`` (``WHERE predicate`` unless empty)."""
     quote = schema_editor.quote_name
@@ -97,6 +134,7 @@ def partial(apps: Any, schema_editor: Any) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     table = _table(apps, schema_editor)
+    _wait_for_other_builds(schema_editor, table)
     for name, (_before, columns, predicate) in INDEXES.items():
         _swap(schema_editor, table, name, columns, predicate)
 
@@ -105,6 +143,7 @@ def full(apps: Any, schema_editor: Any) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
     table = _table(apps, schema_editor)
+    _wait_for_other_builds(schema_editor, table)
     for name, (columns, _after, _predicate) in INDEXES.items():
         _swap(schema_editor, table, name, columns, "")
 

@@ -278,3 +278,21 @@ def test_an_enqueue_after_many_running_jobs_racing_their_batched_done_never_dead
         assert stored[0] == {job.pk for job in jobs}
         assert Job.objects.get(jid=made[0]).status == JobStatus.INIT
         Job.objects.filter(queue="race").delete()
+
+
+@pytest.mark.vendor("mysql")
+def test_an_enqueue_after_a_job_committed_since_a_repeatable_read_callers_snapshot() -> None:
+    """The enqueue reads its upstream pks without a lock, which under REPEATABLE READ
+    reads the caller's snapshot: a job committed since is found by a locking read.
+    (On PostgreSQL a REPEATABLE READ snapshot hides it from every read.)"""
+    jq.enqueue_job("race", "flows.noop")
+    errors: list[BaseException] = []
+    made: list[str] = []
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        assert Job.objects.filter(queue="race").count() == 1  # the snapshot is taken
+        run(lambda: made.append(jq.enqueue_job("race", "flows.noop").jid), errors).join()
+        assert not errors, errors
+        dependent = jq.enqueue_job("race", "flows.noop", after=made)
+    assert Job.objects.get(jid=dependent.jid).status == JobStatus.BLOCKED
