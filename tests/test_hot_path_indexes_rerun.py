@@ -6,18 +6,17 @@ still running on the server (a killed client's session goes on with it)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, connection
 
 from django_jobqueue.models import Job
 from tests.conftest import direct_postgres_url
+from tests.flows.test_lock_order import run
 from tests.maintenance_helpers import make_job
 from tests.test_hot_path_indexes import (
     PARTIAL,
@@ -126,20 +125,6 @@ def _until(condition: Callable[[], bool], errors: list[BaseException]) -> None:
         time.sleep(0.01)
 
 
-def _thread(target: Callable[[], Any], errors: list[BaseException]) -> threading.Thread:
-    def body() -> None:
-        try:
-            target()
-        except BaseException as error:  # reported by the test's assertion
-            errors.append(error)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=body)
-    thread.start()
-    return thread
-
-
 def test_a_run_again_while_the_stopped_runs_build_still_runs_on_the_server() -> None:
     """A killed ``migrate``'s session goes on with the statement it was in. A run
     started meanwhile waited for the table's lock that build holds, with a snapshot
@@ -153,7 +138,7 @@ def test_a_run_again_while_the_stopped_runs_build_still_runs_on_the_server() -> 
         with psycopg.connect(url, autocommit=True) as stopped, psycopg.connect(url) as writer:
             # An open write on the table, which the stopped run's build waits for.
             writer.execute(f"UPDATE {TABLE} SET priority = priority WHERE id = %s", [pk])  # noqa: S608
-            build = _thread(
+            build = run(
                 lambda: stopped.execute(
                     f"CREATE INDEX CONCURRENTLY jq_job_claim_idx_new ON {TABLE} "
                     "(queue, priority, run_at, id) WHERE waiting"
@@ -163,7 +148,7 @@ def test_a_run_again_while_the_stopped_runs_build_still_runs_on_the_server() -> 
             _until(
                 lambda: _sessions("query LIKE 'CREATE INDEX%' AND wait_event_type = 'Lock'"), errors
             )
-            again = _thread(lambda: call_command("migrate", "django_jobqueue", verbosity=0), errors)
+            again = run(lambda: call_command("migrate", "django_jobqueue", verbosity=0), errors)
             # The new run waits: for the table's lock, or (fixed) for the build.
             _until(
                 lambda: _sessions(
