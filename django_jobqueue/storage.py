@@ -46,7 +46,7 @@ from .core.dbclock import Now
 from .core.validation import check_json, hold_hash
 from .flows import hooks
 from .models import Job, JobStatus
-from .storage_claim import claim, claimed_under
+from .storage_claim import claim, claim_recheck_ms, claimed_under
 from .store import locks, unique
 from .store.errorlog import describe, error_entry, escaped
 from .store.jobstats import count_outcome
@@ -55,6 +55,7 @@ from .store.wakeups import notify_on_commit
 
 __all__ = [
     "claim",
+    "claim_recheck_ms",
     "claimed_under",
     "restart_fields",
     "complete",

@@ -24,11 +24,11 @@ from .core import reconnect
 from .core.conf import get_config
 from .core.dbclock import Now
 from .models import Job, JobStatus, QueuePause
-from .store import limits, locks, unique
+from .store import claimfloor, limits, locks, unique
 from .store.jobstats import count_pickups
 from .store.pauses import paused_queues
 
-__all__ = ["claim", "claimed_under"]
+__all__ = ["claim", "claim_recheck_ms", "claimed_under"]
 
 
 def claim(
@@ -124,6 +124,19 @@ def claimed_under(using: str, token: str) -> list[Job]:
     """
     rows = Job.objects.using(using).filter(status=JobStatus.PROCESSING, lease_token=token)
     return sorted(rows, key=lambda job: (job.priority, job.run_at, job.pk))
+
+
+def claim_recheck_ms(using: str) -> int | None:
+    """Return ms until a claim on ``using`` looks again where a short claim did not.
+
+    While dead index entries slow PostgreSQL's claim, a claim may start at a floor
+    and skip the rows below it (docs/horizon.md); a short answer from such a claim
+    proves nothing about them. 0: the next claim looks from the start; None: every
+    claim that came back short looked from the start (always so on MariaDB and
+    SQLite). A worker that found nothing sleeps no longer than this, and a burst
+    run does not end before it.
+    """
+    return claimfloor.floors.recheck_ms(using)
 
 
 def _claim(

@@ -203,22 +203,11 @@ def claim_rows(
     if vendor == "postgresql":
         first = (jobs[0].priority, jobs[0].run_at, jobs[0].pk) if jobs else None
         took_ms = (time.perf_counter() - began) * 1000
-        claimfloor.floors.settle(filter_set, started=start, first=first, took_ms=took_ms)
-        if start is not None and not jobs:
-            # Nothing above the floor proves nothing below it: an empty answer (which
-            # ends a --burst run, and sends a worker to sleep) comes only from the start.
-            claimfloor.floors.expire(filter_set)
-            return claim_rows(
-                using,
-                owner=owner,
-                token=token,
-                limit=limit,
-                queues=queues,
-                exclude_types=exclude_types,
-                lease=lease,
-                exclude_queues=exclude_queues,
-                started=started,
-            )
+        # A short answer above the floor proves nothing below it: the caller sleeps
+        # no longer than claimfloor.floors.recheck_ms says (store/claimfloor.py).
+        claimfloor.floors.settle(
+            filter_set, started=start, first=first, took_ms=took_ms, short=len(jobs) < limit
+        )
     return jobs
 
 

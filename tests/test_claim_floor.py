@@ -2,8 +2,11 @@
 
 While claims from the start of the claim index are slow (dead entries), a PostgreSQL
 claim starts at the key of the first row the last claim took; a claim from the start
-still runs every ``FULL_CLAIM_EVERY_S``, and a fast one turns the floor off. MariaDB
-and SQLite never take a floor. The thresholds are set by the tests, never timed.
+still runs ``FULL_CLAIM_GAP`` times its own duration later (at most
+``FULL_CLAIM_EVERY_S``), and a fast one turns the floor off. A short claim above the
+floor leaves the rows below it unproven: a worker sleeps only until the next claim from
+the start, and a burst does not end before it. MariaDB and SQLite never take a floor.
+The thresholds are set by the tests, never timed.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def slow_claims(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
     # Longer than any uptime: the test never depends on how long ago the machine booted.
     monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
 
 
 def _claim_sql(queries: CaptureQueriesContext) -> list[str]:
@@ -72,6 +76,36 @@ def test_floors__on_after_a_slow_claim_from_the_start_off_after_a_fast_one(
     # Longer than any uptime: the test never depends on how long ago the machine booted.
     monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
     assert floors.start(FILTERS) is None  # that one was fast: off
+
+
+def test_floors__the_next_claim_from_the_start_comes_gap_times_the_last_ones_time_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    floors = claimfloor.ClaimFloors()
+    key = (100, timezone.now(), 7)
+    took_ms = claimfloor.SLOW_CLAIM_MS * 4
+    floors.settle(FILTERS, started=None, first=key, took_ms=took_ms)
+    floor = floors._floors[FILTERS]
+    gap_s = claimfloor.FULL_CLAIM_GAP * took_ms / 1000
+    assert floor.gap_s() == gap_s
+    assert floors.start(FILTERS) == _floor(key)
+    assert floors.recheck_ms("default") is None  # no short claim above the floor yet
+
+    floors.settle(FILTERS, started=_floor(key), first=None, took_ms=0.1, short=True)
+    waits_ms = floors.recheck_ms("default")
+    assert waits_ms is not None
+    assert 0 < waits_ms <= gap_s * 1000 + 1
+    assert floors.recheck_ms("other") is None  # per alias
+
+    floor.last_full -= gap_s  # the gap has passed
+    assert floors.start(FILTERS) is None  # this claim looks from the start
+    assert floors.recheck_ms("default") == 0
+    floors.settle(FILTERS, started=None, first=None, took_ms=took_ms)
+    assert floors.recheck_ms("default") is None  # it looked: proven again
+
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", gap_s / 2)  # the cap
+    assert floor.gap_s() == gap_s / 2
 
 
 def test_floors__remember_a_bounded_number_of_filter_sets() -> None:
@@ -150,21 +184,88 @@ def test_claim__a_job_written_below_the_floor_waits_for_the_next_claim_from_the_
 @pytest.mark.vendor("postgresql")
 @pytest.mark.django_db
 @pytest.mark.usefixtures("slow_claims")
-def test_claim__nothing_above_the_floor_claims_again_from_the_start() -> None:
+def test_claim__nothing_above_the_floor_leaves_the_rows_below_for_the_next_claim_from_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     enqueue_job(None, "worker.record", {"n": 1})
     assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
     urgent = enqueue_job(None, "worker.record", {"n": 2}, priority=1)  # below the floor
 
     with CaptureQueriesContext(connection) as queries:
-        claimed = storage.claim("default", owner="w", limit=5)
-
-    # An empty claim must mean no due job (a --burst run stops on it): the floored
-    # claim found nothing, so the same claim ran from the start and took the job.
-    assert [job.jid for job in claimed] == [urgent.jid]
-    floored, full = _claim_sql(queries)
+        assert storage.claim("default", owner="w", limit=5) == []
+    (floored,) = _claim_sql(queries)  # no second claim from the start at once
     assert BOUND in floored
-    assert BOUND not in full
+    # The empty answer proved nothing below the floor: the caller is told so.
+    assert storage.claim_recheck_ms("default") is not None
+
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
+    assert storage.claim_recheck_ms("default") == 0
+    with CaptureQueriesContext(connection) as queries:
+        claimed = storage.claim("default", owner="w", limit=5)
+    assert [job.jid for job in claimed] == [urgent.jid]
+    assert BOUND not in _claim_sql(queries)[0]
+    assert storage.claim_recheck_ms("default") is None
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_burst__does_not_end_before_a_claim_from_the_start_took_the_jobs_below_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker whose claims start at a floor: the jobs written below it are claimed
+    # once a claim from the start is due, and the burst ends only after that.
+    from tests.workers_helpers import drain
+
+    enqueue_job(None, "worker.record", {"n": 1})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
+    above = enqueue_job(None, "worker.record", {"n": 2})
+    below = [
+        enqueue_job(None, "worker.record", {"n": 3}, priority=1),
+        enqueue_job(None, "worker.record", {"n": 4}, at=timezone.now() - timedelta(hours=1)),
+    ]
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.3)  # the wait the test accepts
+
+    outcomes = drain(concurrency=2)
+
+    assert outcomes.get("done") == 3
+    done = set(Job.objects.filter(status=JobStatus.DONE).values_list("jid", flat=True))
+    assert {above.jid, *(job.jid for job in below)} <= done
     assert not Job.objects.filter(waiting=True).exists()
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_idle_worker__sleeps_only_until_the_claim_from_the_start_that_sees_below_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Nothing wakes this worker (its jobs were written before it started) and its idle
+    # sleep is a minute: a job below the floor is claimed when the claim from the start
+    # is due, not after the sleep.
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    enqueue_job(None, "worker.record", {"n": 1})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
+    enqueue_job(None, "worker.record", {"n": 2})  # above the floor
+    urgent = enqueue_job(None, "worker.record", {"n": 3}, priority=1)  # below it
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.5)
+    foreman = Foreman(
+        ForemanOptions(concurrency=1, min_sleep_ms=60_000, max_sleep_ms=60_000, ramp_time_ms=0)
+    )
+    thread = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20  # far below the minute, far above the 0.5 s
+        while time.monotonic() < deadline:
+            if Job.objects.filter(jid=urgent.jid, status=JobStatus.DONE).exists():
+                break
+            time.sleep(0.05)
+        assert Job.objects.get(jid=urgent.jid).status == JobStatus.DONE
+    finally:
+        foreman.stop()
+        thread.join(30)
+    assert not thread.is_alive()
 
 
 @pytest.mark.vendor("postgresql")
@@ -189,6 +290,7 @@ def test_claim__racing_claimers_with_floors_claim_every_job_once(
 ) -> None:
     monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
     monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.05)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)  # the next from the start: 0.05 s
     total = 400
     claimed: list[str] = []
     lock = threading.Lock()

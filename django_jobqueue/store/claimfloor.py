@@ -15,11 +15,15 @@ no unlocked waiting due row was below ``k``; a later claim may start its scan th
 dead entry behind it. Rows can appear below ``k`` afterwards only by being written
 there: a job enqueued with a more urgent priority, or with a ``run_at`` in the past,
 or committed by a transaction that took its ``run_at`` before the claim ran. So the
-floor is used only while claims are slow (a claim from the start took
-:data:`SLOW_CLAIM_MS` or more: the dead entries are there), and a claim from the
-start still runs every :data:`FULL_CLAIM_EVERY_S` seconds: such a job waits at most
-that long, and the first claim from the start that is fast again turns the floor
-off. A claim with a floor keeps the claim's order above it.
+floor is used only while claims are slow (the last claim from the start took
+:data:`SLOW_CLAIM_MS` or more: the dead entries are there), and only between claims
+from the start: the next one runs :data:`FULL_CLAIM_GAP` times its own duration
+after it, and at most :data:`FULL_CLAIM_EVERY_S` later. A job written below the floor
+waits at most that long, and the claim spends about a tenth of its time walking the
+garbage, however much there is. A claim with a floor keeps the claim's order above
+it. A claim above the floor that came back short proves nothing below it: the
+caller asks :meth:`ClaimFloors.recheck_ms` how long until a claim from the start
+would look there, and sleeps no longer.
 
 One :class:`ClaimFloors` per process (:data:`floors`); each set of claim filters
 (alias, queues, excluded job types and queues) has its own floor, since a claim
@@ -28,6 +32,7 @@ that left rows out by a filter proved nothing about them.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -35,14 +40,26 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-__all__ = ["FLOOR_LAG_S", "FULL_CLAIM_EVERY_S", "SLOW_CLAIM_MS", "ClaimFloors", "Key", "floors"]
+__all__ = [
+    "FLOOR_LAG_S",
+    "FULL_CLAIM_EVERY_S",
+    "FULL_CLAIM_GAP",
+    "SLOW_CLAIM_MS",
+    "ClaimFloors",
+    "Key",
+    "floors",
+]
 
 #: A claim from the start of the index that takes this long (ms) or longer turns
-#: the floor on for its filters: far above a claim's usual 1 ms, far below the
+#: the floor on for its filters: above a claim's usual 1 to 3 ms, far below the
 #: hundreds of ms of a scan over a few hundred thousand dead entries.
-SLOW_CLAIM_MS = 25.0
-#: While the floor is on, a claim from the start runs at least this often (s): the
-#: longest a job written below the floor waits for a claim that sees it.
+SLOW_CLAIM_MS = 5.0
+#: While the floor is on, the next claim from the start runs this many times the
+#: last one's duration after it: the share of the claim's time spent walking dead
+#: entries stays near ``1 / FULL_CLAIM_GAP``.
+FULL_CLAIM_GAP = 10.0
+#: ... and at the latest this long (s) after it: the longest a job written below
+#: the floor waits for a claim that sees it.
 FULL_CLAIM_EVERY_S = 1.0
 #: How far below its floor's ``run_at`` a claim with a floor starts (s): a job whose
 #: producer took its ``run_at`` before a claim ran but committed after it is written
@@ -62,10 +79,23 @@ Key = tuple[int, datetime, int]
 @dataclass
 class _Floor:
     key: Key | None = None
-    on: bool = False
+    #: The last claim from the start: when (monotonic s), how long it took (ms).
     last_full: float = 0.0
-    #: The next claim scans from the start, however recent the last such claim.
-    full_due: bool = False
+    full_ms: float = 0.0
+    #: A claim above the floor came back short since the last claim from the start.
+    unproven: bool = False
+
+    def gap_s(self) -> float:
+        """Seconds from the last claim from the start to the next one."""
+        return min(FULL_CLAIM_EVERY_S, FULL_CLAIM_GAP * self.full_ms / 1000)
+
+    def on(self) -> bool:
+        """Whether the next claim starts at the floor (else from the start)."""
+        return (
+            self.key is not None
+            and self.full_ms >= SLOW_CLAIM_MS
+            and time.monotonic() - self.last_full < self.gap_s()
+        )
 
 
 class ClaimFloors:
@@ -82,21 +112,28 @@ class ClaimFloors:
         id 0: the claim's first row, less a margin for jobs committed late."""
         with self._lock:
             floor = self._floors.get(filters)
-            if floor is None or not floor.on or floor.key is None or floor.full_due:
-                return None
-            if time.monotonic() - floor.last_full >= FULL_CLAIM_EVERY_S:
+            if floor is None or not floor.on() or floor.key is None:
                 return None
             priority, run_at, _id = floor.key
             return (priority, run_at - LAG, 0)
 
     def settle(
-        self, filters: Hashable, *, started: Key | None, first: Key | None, took_ms: float
+        self,
+        filters: Hashable,
+        *,
+        started: Key | None,
+        first: Key | None,
+        took_ms: float,
+        short: bool = False,
     ) -> None:
         """Record a claim: where it started, the key of its first row, its time (ms).
 
         ``started`` None: it scanned from the start, so its time says whether dead
-        entries slow the claim (floor on) or not (off). ``first`` None: it claimed
-        nothing, and the floor stays where it was (still no live row below it).
+        entries slow the claim (floor on) or not (off), and how soon the next claim
+        from the start runs. ``first`` None: it claimed nothing, and the floor stays
+        where it was (still no live row below it). ``short``: it took fewer jobs than
+        it asked for; above a floor that leaves the rows below unproven
+        (:meth:`recheck_ms`).
         """
         with self._lock:
             floor = self._floors.get(filters)
@@ -108,26 +145,37 @@ class ClaimFloors:
                 self._floors.move_to_end(filters)
             if started is None:
                 floor.last_full = time.monotonic()
-                floor.full_due = False
-                floor.on = took_ms >= SLOW_CLAIM_MS
+                floor.full_ms = took_ms
+                floor.unproven = False
+            elif short:
+                floor.unproven = True
             if first is not None:
                 floor.key = first
 
-    def expire(self, filters: Hashable) -> None:
-        """Make the next claim with ``filters`` scan from the start (it keeps its key)."""
+    def recheck_ms(self, using: str) -> int | None:
+        """Return ms until a claim from the start looks below a floor of ``using``
+        that a short claim left unproven (0: the next claim does); None: no such floor.
+
+        A worker that found nothing sleeps no longer than this (a job written below
+        the floor would otherwise wait out its whole idle sleep), and a ``--burst``
+        run does not end on a claim that did not look from the start.
+        """
+        now = time.monotonic()
         with self._lock:
-            floor = self._floors.get(filters)
-            if floor is not None:
-                floor.full_due = True
+            waits = [
+                max(0.0, floor.last_full + floor.gap_s() - now)
+                for filters, floor in self._floors.items()
+                if floor.unproven and isinstance(filters, tuple) and filters[:1] == (using,)
+            ]
+        if not waits:
+            return None
+        soonest = min(waits)
+        return math.ceil(soonest * 1000) if soonest > 0 else 0
 
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
         with self._lock:
             self._floors.clear()
-
-    def is_on(self, filters: Hashable) -> bool:
-        """Whether claims with ``filters`` start at a floor now (for the console and tests)."""
-        return self.start(filters) is not None
 
 
 #: The process's floors, used by :func:`django_jobqueue.storage_sql.claim_rows`.

@@ -130,12 +130,18 @@ class ForemanSlots:
                 throttled_ms = storage_limits.throttled_ms(self.using)
                 if throttled_ms is not None:
                     sleep_ms = min(sleep_ms, throttled_ms)
-                if self.burst and throttled_ms is None:
+                # A claim that started at its floor and came back short proved
+                # nothing below it (docs/horizon.md): sleep only until a claim from
+                # the start looks there; a --burst run ends only after one did.
+                recheck_ms = storage.claim_recheck_ms(self.using)
+                if recheck_ms is not None:
+                    sleep_ms = min(sleep_ms, recheck_ms)
+                if self.burst and throttled_ms is None and recheck_ms is None:
                     self._idle_exit.set()
                     break
                 # While the listener is down every idle slot polls (none retires):
                 # with one poller busy, a job would wait out its whole run.
-                if self.listener.healthy and self.governor.retire():
+                if recheck_ms is None and self.listener.healthy and self.governor.retire():
                     counted = False
                     break
                 if not self.listener.healthy:  # wake-ups may be lost: poll
