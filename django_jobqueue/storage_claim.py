@@ -134,7 +134,10 @@ def claim_recheck_ms(using: str) -> int | None:
     proves nothing about them. 0: the next claim looks from the start; None: every
     claim that came back short looked from the start (always so on MariaDB and
     SQLite). A worker that found nothing sleeps no longer than this, and a burst
-    run does not end before it.
+    run does not end before it. A filter set this process's claims left (a queue
+    resumed, a job type at its limit) stops counting once its claim from the start
+    was due and a claim with other filters came, and a limits' claim (no floor)
+    proves its own.
     """
     return claimfloor.floors.recheck_ms(using)
 
@@ -159,7 +162,7 @@ def _claim(
             if view is not None
             else storage_sql.claim_rows
         )
-        return claim_rows(
+        jobs: list[Job] = claim_rows(
             using,
             owner=owner[:200],
             token=token,
@@ -170,6 +173,13 @@ def _claim(
             lease=lease,
             started=started,
         )
+        if view is not None and connections[using].vendor == "postgresql":
+            # The limits' claim has no floor: it looked from the start, so what a short
+            # claim above the floor left unproven is proven (store/claimfloor.py).
+            claimfloor.floors.looked_from_start(
+                claimfloor.filter_set(using, queues, exclude_queues, exclude_types)
+            )
+        return jobs
     with transaction.atomic(using=using):
         due = Job.objects.using(using).filter(waiting=True, run_at__lte=Now())
         if queues:

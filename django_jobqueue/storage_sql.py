@@ -184,7 +184,7 @@ def claim_rows(
     if vendor == "mysql":
         return _claim_mysql(using, owner, token, limit, filters, filter_params, lease, started)
     start: claimfloor.Key | None = None
-    filter_set = (using, tuple(queues or ()), tuple(exclude_queues), frozenset(exclude_types))
+    filter_set = claimfloor.filter_set(using, queues, exclude_queues, exclude_types)
     if vendor == "postgresql":
         # While dead index entries slow the claim, it starts at its floor
         # (store/claimfloor.py): a bound the claim index positions its scan on.

@@ -36,7 +36,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -47,6 +47,7 @@ __all__ = [
     "SLOW_CLAIM_MS",
     "ClaimFloors",
     "Key",
+    "filter_set",
     "floors",
 ]
 
@@ -76,6 +77,17 @@ LAG = timedelta(seconds=FLOOR_LAG_S)
 Key = tuple[int, datetime, int]
 
 
+def filter_set(
+    using: str,
+    queues: Sequence[str] | None,
+    exclude_queues: Sequence[str],
+    exclude_types: Collection[str],
+) -> tuple[str, tuple[str, ...], tuple[str, ...], frozenset[str]]:
+    """The key of a claim's floor: its alias, queues (empty: every queue), excluded
+    queues (the paused ones) and excluded job types."""
+    return (using, tuple(queues or ()), tuple(exclude_queues), frozenset(exclude_types))
+
+
 @dataclass
 class _Floor:
     key: Key | None = None
@@ -103,6 +115,8 @@ class ClaimFloors:
 
     def __init__(self) -> None:
         self._floors: OrderedDict[Hashable, _Floor] = OrderedDict()
+        #: The filter sets whose floor is unproven (:attr:`_Floor.unproven`).
+        self._unproven: set[Hashable] = set()
         self._lock = threading.Lock()
 
     def start(self, filters: Hashable) -> Key | None:
@@ -140,17 +154,48 @@ class ClaimFloors:
             if floor is None:
                 floor = self._floors[filters] = _Floor()
                 while len(self._floors) > MAX_FILTER_SETS:
-                    self._floors.popitem(last=False)
+                    dropped, _ = self._floors.popitem(last=False)
+                    self._unproven.discard(dropped)
             else:
                 self._floors.move_to_end(filters)
+            now = time.monotonic()
             if started is None:
-                floor.last_full = time.monotonic()
+                floor.last_full = now
                 floor.full_ms = took_ms
                 floor.unproven = False
+                self._unproven.discard(filters)
             elif short:
                 floor.unproven = True
+                self._unproven.add(filters)
             if first is not None:
                 floor.key = first
+            self._forget_left_behind(filters, now)
+
+    def _forget_left_behind(self, filters: Hashable, now: float) -> None:
+        """Under the lock, after a claim with ``filters`` at ``now`` (monotonic s):
+        another filter set of the same alias whose claim from the start was already
+        due is proven no longer awaited (:meth:`recheck_ms`).
+
+        Its next claim, if one ever comes, looks from the start anyway (its gap has
+        passed). A claim with other filters made after that proves the claims of this
+        process moved on (a queue resumed, a job type at its limit or free again): left
+        unproven, it would hold :meth:`recheck_ms` at 0 for good, and a worker whose
+        idle sleep it caps would claim in a loop, a ``--burst`` never end.
+        """
+        if not isinstance(filters, tuple):
+            return
+        alias = filters[:1]
+        for other in [f for f in self._unproven if f != filters]:
+            floor = self._floors.get(other)
+            if floor is None:
+                self._unproven.discard(other)
+            elif (
+                isinstance(other, tuple)
+                and other[:1] == alias
+                and now >= floor.last_full + floor.gap_s()
+            ):
+                floor.unproven = False
+                self._unproven.discard(other)
 
     def recheck_ms(self, using: str) -> int | None:
         """Return ms until a claim from the start looks below a floor of ``using``
@@ -164,18 +209,33 @@ class ClaimFloors:
         with self._lock:
             waits = [
                 max(0.0, floor.last_full + floor.gap_s() - now)
-                for filters, floor in self._floors.items()
-                if floor.unproven and isinstance(filters, tuple) and filters[:1] == (using,)
+                for filters in self._unproven
+                if isinstance(filters, tuple)
+                and filters[:1] == (using,)
+                and (floor := self._floors.get(filters)) is not None
+                and floor.unproven
             ]
         if not waits:
             return None
         soonest = min(waits)
         return math.ceil(soonest * 1000) if soonest > 0 else 0
 
+    def looked_from_start(self, filters: Hashable) -> None:
+        """Record a claim with ``filters`` that looked from the start of the index by
+        other statements than :func:`~django_jobqueue.storage_sql.claim_rows`' (the
+        limits' claim): the rows below its floor are proven (:meth:`recheck_ms`)."""
+        with self._lock:
+            floor = self._floors.get(filters)
+            if floor is not None:
+                floor.unproven = False
+            self._unproven.discard(filters)
+            self._forget_left_behind(filters, time.monotonic())
+
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
         with self._lock:
             self._floors.clear()
+            self._unproven.clear()
 
 
 #: The process's floors, used by :func:`django_jobqueue.storage_sql.claim_rows`.

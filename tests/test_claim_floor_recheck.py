@@ -1,0 +1,121 @@
+"""The claim floor's recheck across filter sets (django_jobqueue/store/claimfloor.py).
+
+A short claim above a floor leaves its filter set "unproven": the worker's idle sleep
+is capped by :func:`storage.claim_recheck_ms`, and a ``--burst`` run does not end
+while it says anything. A claim's filter set changes while a worker runs (a queue
+paused then resumed, a job type at its ``concurrent`` limit): a filter set no claim
+uses any more must not keep the alias unproven, or an idle worker claims in a loop
+and a burst never ends. The thresholds are set by the tests, never timed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from django_jobqueue import enqueue_job, storage
+from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.store import claimfloor, limits
+from django_jobqueue.store.pauses import pause_queue, resume_queue
+
+
+@pytest.fixture(autouse=True)
+def _fresh_limits() -> Iterator[None]:
+    """No limit of this module's tests reaches a later test through the cache."""
+    limits.clear_cache()
+    yield
+    limits.clear_cache()
+
+
+@pytest.fixture
+def slow_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every claim from the start counts as slow; no claim from the start is due."""
+    monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+
+
+def _leave_an_unproven_floor_behind() -> None:
+    """Claims while queue ``paused`` is paused: a floor, then a short claim above it
+    (that filter set unproven); then the queue is resumed, so no claim of this
+    process uses that filter set again."""
+    enqueue_job(None, "worker.record", {"n": 1})
+    pause_queue("default", "paused")
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on
+    assert storage.claim("default", owner="w", limit=5) == []  # short above it
+    assert storage.claim_recheck_ms("default") is not None
+    resume_queue("default", "paused")
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db
+@pytest.mark.usefixtures("slow_claims")
+def test_recheck__a_filter_set_no_claim_uses_any_more_leaves_the_alias_proven(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _leave_an_unproven_floor_behind()
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
+
+    # From the start, every queue: nothing is due anywhere.
+    assert storage.claim("default", owner="w", limit=5) == []
+    assert storage.claim("default", owner="w", limit=5) == []
+
+    assert storage.claim_recheck_ms("default") is None
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_burst__ends_after_a_queue_was_resumed_and_does_not_claim_in_a_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    _leave_an_unproven_floor_behind()
+    below = enqueue_job(None, "worker.record", {"n": 2}, priority=1)  # below the floor
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.05)
+    foreman = Foreman(
+        ForemanOptions(
+            concurrency=1, burst=True, min_sleep_ms=1000, max_sleep_ms=1000, ramp_time_ms=0
+        )
+    )
+    thread = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
+    began = time.monotonic()
+    thread.start()
+    try:
+        thread.join(30)  # far above the few idle sleeps a burst takes
+        ended = not thread.is_alive()
+    finally:
+        foreman.stop()
+        thread.join(30)
+    took_s = time.monotonic() - began
+    assert ended, f"the burst did not end: {foreman.claims} claims in {took_s:.0f} s"
+    assert Job.objects.get(jid=below.jid).status == JobStatus.DONE
+    # A claim or two per idle sleep, not a claim whenever the last one returned.
+    assert foreman.claims < 50
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db
+@pytest.mark.usefixtures("slow_claims")
+def test_recheck__a_limits_claim_looks_from_the_start_and_proves_the_rows_below(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A limit set while a floor was unproven: every claim is now the limits' claim,
+    # whose statements have no floor. Each looks from the start, so it proves what a
+    # short claim above the floor left unproven.
+    enqueue_job(None, "worker.record", {"n": 1})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on
+    assert storage.claim("default", owner="w", limit=5) == []  # short above it
+    assert storage.claim_recheck_ms("default") is not None
+    limits.set_limit("default", "type:worker.record", {"concurrency": 10})
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
+    urgent = enqueue_job(None, "worker.record", {"n": 2}, priority=1)  # below the floor
+
+    assert [job.jid for job in storage.claim("default", owner="w", limit=5)] == [urgent.jid]
+    assert storage.claim("default", owner="w", limit=5) == []
+
+    assert storage.claim_recheck_ms("default") is None
