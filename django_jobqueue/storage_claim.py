@@ -86,9 +86,16 @@ def claim(
     exclude_queues: list[str] = []
     if paused:
         if queues:
+            asked = queues
             queues = [name for name in queues if name not in paused]
             if not queues:
-                return []  # every queue asked for is paused: nothing to claim
+                # Every queue asked for is paused: nothing to claim, and nothing below a
+                # floor of these queues either until the resume (store/claimfloor.py).
+                if connections[using].vendor == "postgresql":
+                    claimfloor.floors.looked_from_start(
+                        claimfloor.filter_set(using, asked, (), exclude_types)
+                    )
+                return []
         else:
             exclude_queues = sorted(paused)
     token = uuid.uuid4().hex

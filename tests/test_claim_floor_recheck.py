@@ -119,3 +119,24 @@ def test_recheck__a_limits_claim_looks_from_the_start_and_proves_the_rows_below(
     assert storage.claim("default", owner="w", limit=5) == []
 
     assert storage.claim_recheck_ms("default") is None
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db
+@pytest.mark.usefixtures("slow_claims")
+def test_recheck__a_worker_whose_every_queue_is_paused_is_not_held_by_its_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker of queue "a" only, its floor unproven, and then "a" is paused: its claims
+    # send no statement (every queue asked for is paused), so no claim of its filters
+    # settles the floor again; its idle sleep must not be held at 0 through the pause.
+    enqueue_job("a", "worker.record", {"n": 1})
+    assert len(storage.claim("default", owner="w", limit=1, queues=["a"])) == 1  # floor on
+    assert storage.claim("default", owner="w", limit=5, queues=["a"]) == []  # short above it
+    assert storage.claim_recheck_ms("default") is not None
+    pause_queue("default", "a")
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
+
+    assert storage.claim("default", owner="w", limit=5, queues=["a"]) == []
+
+    assert storage.claim_recheck_ms("default") is None

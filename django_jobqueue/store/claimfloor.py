@@ -221,9 +221,10 @@ class ClaimFloors:
         return math.ceil(soonest * 1000) if soonest > 0 else 0
 
     def looked_from_start(self, filters: Hashable) -> None:
-        """Record a claim with ``filters`` that looked from the start of the index by
-        other statements than :func:`~django_jobqueue.storage_sql.claim_rows`' (the
-        limits' claim): the rows below its floor are proven (:meth:`recheck_ms`)."""
+        """Record a claim with ``filters`` that proved every row it could take without
+        :func:`~django_jobqueue.storage_sql.claim_rows`: the limits' claim (its own
+        statements, no floor), or a claim whose every queue is paused (no statement).
+        The rows below its floor are proven (:meth:`recheck_ms`)."""
         with self._lock:
             floor = self._floors.get(filters)
             if floor is not None:
