@@ -140,3 +140,42 @@ def test_recheck__a_worker_whose_every_queue_is_paused_is_not_held_by_its_floor(
     assert storage.claim("default", owner="w", limit=5, queues=["a"]) == []
 
     assert storage.claim_recheck_ms("default") is None
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_idle_worker__with_its_listener_down_still_sleeps_only_until_the_claim_from_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # While wake-ups may be lost an idle slot polls at min_sleep_ms; that must not
+    # lengthen a sleep the floor's recheck made shorter. Nothing wakes this worker and
+    # its idle sleep is a minute: the job below the floor is claimed when the claim
+    # from the start is due.
+    from django.test import override_settings
+
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    enqueue_job(None, "worker.record", {"n": 1})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
+    enqueue_job(None, "worker.record", {"n": 2})  # above the floor
+    urgent = enqueue_job(None, "worker.record", {"n": 3}, priority=1)  # below it
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.5)
+    with override_settings(JOBQUEUE={"NOTIFY": False}):  # no listener marks it up again
+        foreman = Foreman(
+            ForemanOptions(concurrency=1, min_sleep_ms=60_000, max_sleep_ms=60_000, ramp_time_ms=0)
+        )
+        foreman.listener.mark_down()
+        thread = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
+        thread.start()
+        try:
+            deadline = time.monotonic() + 20  # far below the minute, far above the 0.5 s
+            while time.monotonic() < deadline:
+                if Job.objects.filter(jid=urgent.jid, status=JobStatus.DONE).exists():
+                    break
+                time.sleep(0.05)
+            assert Job.objects.get(jid=urgent.jid).status == JobStatus.DONE
+        finally:
+            foreman.stop()
+            thread.join(30)
+    assert not thread.is_alive()
