@@ -18,16 +18,19 @@ import pytest
 
 from django_jobqueue import enqueue_job, storage
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.store import claimfloor, limits
+from django_jobqueue.store import claimfloor, limits, pauses
 from django_jobqueue.store.pauses import pause_queue, resume_queue
 
 
 @pytest.fixture(autouse=True)
-def _fresh_limits() -> Iterator[None]:
-    """No limit of this module's tests reaches a later test through the cache."""
+def _fresh_caches() -> Iterator[None]:
+    """No limit or pause of this module's tests reaches a later test through the
+    process's caches (a rolled-back row stays cached for half a second)."""
     limits.clear_cache()
+    pauses.clear_cache()
     yield
     limits.clear_cache()
+    pauses.clear_cache()
 
 
 @pytest.fixture
@@ -179,3 +182,75 @@ def test_idle_worker__with_its_listener_down_still_sleeps_only_until_the_claim_f
             foreman.stop()
             thread.join(30)
     assert not thread.is_alive()
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_burst__async_handlers_take_every_job_below_and_above_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Async jobs run on the foreman's loop, and the loop's claim thread claims ahead:
+    # the jobs written below the floor are all run, and the burst ends.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.workers_helpers import drain
+
+    enqueue_job(None, "worker.record", {"n": 0})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 0
+    jids = []
+    for n in range(30):
+        jids.append(enqueue_job(None, "aio.record", {"s": 0.01}).jid)  # above the floor
+        below = {"priority": 1} if n % 2 else {"at": timezone.now() - timedelta(hours=1)}
+        jids.append(enqueue_job(None, "aio.record", {"s": 0.01}, **below).jid)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.1)
+
+    outcomes = drain(concurrency=4)
+
+    assert outcomes.get("done") == len(jids)
+    assert set(Job.objects.filter(status=JobStatus.DONE).values_list("jid", flat=True)) >= set(jids)
+    assert not Job.objects.filter(waiting=True).exists()
+
+
+def test_floors__a_claim_with_other_filters_forgets_only_a_due_floor_of_its_own_alias(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.utils import timezone
+
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    floors = claimfloor.ClaimFloors()
+    key = (100, timezone.now(), 7)
+    left = claimfloor.filter_set("a", None, ("paused",), ())
+    now = claimfloor.filter_set("a", None, (), ())
+    elsewhere = claimfloor.filter_set("b", None, (), ())
+    floors.settle(left, started=None, first=key, took_ms=10.0)  # floor on
+    floors.settle(left, started=key, first=None, took_ms=0.1, short=True)  # unproven
+    floors.settle(now, started=None, first=None, took_ms=0.1)
+    assert floors.recheck_ms("a") is not None  # not due yet: still awaited
+
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # its claim from the start is due
+    floors.settle(elsewhere, started=None, first=None, took_ms=0.1)
+    assert floors.recheck_ms("a") == 0  # another alias's claim says nothing of it
+    floors.settle(now, started=None, first=None, took_ms=0.1)
+    assert floors.recheck_ms("a") is None  # this alias's claims moved on
+    assert floors.start(left) is None  # its next claim, if any, looks from the start
+
+
+@pytest.mark.vendor("mysql", "sqlite")
+@pytest.mark.django_db
+@pytest.mark.usefixtures("slow_claims")
+def test_recheck__other_databases_never_hold_a_worker_for_a_floor() -> None:
+    enqueue_job(None, "worker.record", {"n": 1})
+    enqueue_job("a", "worker.record", {"n": 2})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1
+    assert len(storage.claim("default", owner="w", limit=5)) == 1  # short
+    pause_queue("default", "a")
+    assert storage.claim("default", owner="w", limit=5, queues=["a"]) == []  # every queue paused
+    limits.set_limit("default", "type:worker.record", {"concurrency": 10})
+    assert storage.claim("default", owner="w", limit=5) == []  # the limits' claim
+
+    assert storage.claim_recheck_ms("default") is None
+    assert not claimfloor.floors._floors
