@@ -254,3 +254,75 @@ def test_recheck__other_databases_never_hold_a_worker_for_a_floor() -> None:
 
     assert storage.claim_recheck_ms("default") is None
     assert not claimfloor.floors._floors
+
+
+def test_floors__a_filter_set_the_lru_dropped_no_longer_holds_the_recheck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.utils import timezone
+
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    floors = claimfloor.ClaimFloors()
+    key = (100, timezone.now(), 7)
+    oldest = claimfloor.filter_set("a", ["q"], (), ())
+    floors.settle(oldest, started=None, first=key, took_ms=10.0)
+    floors.settle(oldest, started=key, first=None, took_ms=0.1, short=True)
+    assert floors.recheck_ms("a") is not None
+    for n in range(claimfloor.MAX_FILTER_SETS):  # claims of other filters, none due
+        floors.settle(
+            claimfloor.filter_set("a", [f"q{n}"], (), ()), started=None, first=None, took_ms=0.1
+        )
+
+    assert oldest not in floors._floors
+    assert floors.recheck_ms("a") is None  # its next claim looks from the start
+    assert floors.start(oldest) is None
+    assert not floors._unproven
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_idle_worker__takes_a_job_handed_back_in_place_and_a_reaped_one_below_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Both keep (or take back) a place below the floor the claims have moved past.
+    # Nothing wakes this worker and its idle sleep is a minute: each is claimed when
+    # a claim from the start is due.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_jobqueue import reaping
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    old = timezone.now() - timedelta(hours=1)
+    kept = enqueue_job(None, "worker.record", {"n": 1}, at=old)
+    reaped = enqueue_job(None, "worker.record", {"n": 2}, at=old)
+    (mine,) = storage.claim("default", owner="w", limit=1)  # floor on, at the kept job
+    (lost,) = storage.claim("default", owner="w", limit=1, lease_ms=1)  # floor at the reaped job
+    above = enqueue_job(None, "worker.record", {"n": 3})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor at the newest
+    enqueue_job(None, "worker.record", {"n": 4})  # above the floor
+    assert mine.jid == kept.jid and lost.jid == reaped.jid and above.jid
+    assert storage.hand_back(mine, message=None, keep_place=True)
+    time.sleep(0.05)
+    assert reaping.reap_expired("default") == 1
+    assert Job.objects.filter(jid__in=[kept.jid, reaped.jid], waiting=True).count() == 2
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.5)
+    foreman = Foreman(
+        ForemanOptions(concurrency=1, min_sleep_ms=60_000, max_sleep_ms=60_000, ramp_time_ms=0)
+    )
+    thread = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20  # far below the minute, far above the 0.5 s
+        while time.monotonic() < deadline:
+            if Job.objects.filter(jid__in=[kept.jid, reaped.jid], waiting=True).count() == 0:
+                break
+            time.sleep(0.05)
+        assert not Job.objects.filter(jid__in=[kept.jid, reaped.jid], waiting=True).exists()
+    finally:
+        foreman.stop()
+        thread.join(30)
+    assert not thread.is_alive()
