@@ -23,7 +23,11 @@ waits at most that long, and the claim spends about a tenth of its time walking 
 garbage, however much there is. A claim with a floor keeps the claim's order above
 it. A claim above the floor that came back short proves nothing below it: the
 caller asks :meth:`ClaimFloors.recheck_ms` how long until a claim from the start
-would look there, and sleeps no longer.
+would look there, and sleeps no longer. A filter set the process's claims left (a
+queue paused or resumed, a job type at its limit) stops counting once its claim from
+the start was due and a claim with other filters of its alias came; a claim that
+proved its rows without a floor (the limits' claim, a claim of paused queues only)
+says so with :meth:`ClaimFloors.looked_from_start`.
 
 One :class:`ClaimFloors` per process (:data:`floors`); each set of claim filters
 (alias, queues, excluded job types and queues) has its own floor, since a claim
@@ -182,7 +186,7 @@ class ClaimFloors:
         unproven, it would hold :meth:`recheck_ms` at 0 for good, and a worker whose
         idle sleep it caps would claim in a loop, a ``--burst`` never end.
         """
-        if not isinstance(filters, tuple):
+        if not self._unproven or not isinstance(filters, tuple):
             return
         alias = filters[:1]
         for other in [f for f in self._unproven if f != filters]:
