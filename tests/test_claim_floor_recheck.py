@@ -326,3 +326,78 @@ def test_idle_worker__takes_a_job_handed_back_in_place_and_a_reaped_one_below_th
         foreman.stop()
         thread.join(30)
     assert not thread.is_alive()
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+def test_claim__of_claims_at_once_when_one_from_the_start_is_due_only_one_looks_from_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Claimers of one process with the same filters (the gateway's claim threads): when
+    # the gap has passed, one claim walks the garbage from the start; the others keep
+    # the floor meanwhile, or every claim in flight pays the whole walk at once.
+    from django.db import close_old_connections
+
+    monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    for n in range(5):
+        enqueue_job(None, "worker.record", {"n": n})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 0.0)  # a claim from the start is due
+    claimers = 4
+    barrier = threading.Barrier(claimers, timeout=30)
+    real_start = claimfloor.floors.start
+    starts: list[object] = []
+    errors: list[BaseException] = []
+
+    def start(filters: object) -> object:
+        key = real_start(filters)
+        starts.append(key)
+        barrier.wait()  # every claim has its start before any settles
+        return key
+
+    monkeypatch.setattr(claimfloor.floors, "start", start)
+
+    def claim() -> None:
+        try:
+            storage.claim("default", owner="w", limit=1)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            close_old_connections()
+
+    threads = [threading.Thread(target=claim) for _ in range(claimers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert len(starts) == claimers
+    assert sum(key is None for key in starts) == 1
+
+
+def test_floors__while_a_claim_from_the_start_is_in_flight_the_recheck_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker whose short claim kept the floor because another claim of the process
+    # looks from the start now must not claim again at once (a loop until that one
+    # settles): it waits a little, and the one in flight proves the rows.
+    from django.utils import timezone
+
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    floors = claimfloor.ClaimFloors()
+    key = (100, timezone.now(), 7)
+    filters = claimfloor.filter_set("a", None, (), ())
+    floors.settle(filters, started=None, first=key, took_ms=10.0)  # floor on
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 0.0)  # a claim from the start is due
+    assert floors.start(filters) is None  # this one looks from the start ...
+    started = floors.start(filters)
+    assert started is not None  # ... the next keeps the floor meanwhile
+    floors.settle(filters, started=started, first=None, took_ms=0.1, short=True)
+    waits_ms = floors.recheck_ms("a")
+    assert waits_ms is not None and waits_ms > 0
+
+    floors.settle(filters, started=None, first=None, took_ms=10.0)  # the one in flight
+    assert floors.recheck_ms("a") is None
