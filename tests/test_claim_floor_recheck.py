@@ -401,3 +401,72 @@ def test_floors__while_a_claim_from_the_start_is_in_flight_the_recheck_waits(
 
     floors.settle(filters, started=None, first=None, took_ms=10.0)  # the one in flight
     assert floors.recheck_ms("a") is None
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_worker__runs_every_job_while_queues_pause_and_resume_under_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A running worker (threads) while a producer writes jobs, some below any floor,
+    # into two queues, and one of them is paused and resumed over and over: every job
+    # runs once, and the idle worker does not claim in a loop once all are done.
+    from datetime import timedelta
+
+    from django.db import close_old_connections
+    from django.utils import timezone
+
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.1)
+    total = 120
+    jids: list[str] = []
+    produced = threading.Event()
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for n in range(total):
+                queue = "b" if n % 3 == 0 else None
+                priority = 1 if n % 5 == 0 else 100
+                at = timezone.now() - timedelta(seconds=30) if n % 7 == 0 else None
+                job = enqueue_job(queue, "worker.record", {"n": n}, priority=priority, at=at)
+                jids.append(job.jid)
+                if n % 20 == 10:
+                    pause_queue("default", "b")
+                elif n % 20 == 19:
+                    resume_queue("default", "b")
+                time.sleep(0.005)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            resume_queue("default", "b")
+            produced.set()
+            close_old_connections()
+
+    foreman = Foreman(
+        ForemanOptions(concurrency=3, min_sleep_ms=200, max_sleep_ms=200, ramp_time_ms=0)
+    )
+    worker = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
+    producer = threading.Thread(target=produce)
+    worker.start()
+    producer.start()
+    try:
+        producer.join(120)
+        deadline = time.monotonic() + 60  # far above a few gaps and idle sleeps
+        while time.monotonic() < deadline:
+            if Job.objects.filter(status=JobStatus.DONE).count() >= total:
+                break
+            time.sleep(0.05)
+        assert errors == []
+        done = set(Job.objects.filter(status=JobStatus.DONE).values_list("jid", flat=True))
+        assert set(jids) <= done
+        claims_then = foreman.claims
+        time.sleep(1.0)  # idle: a claim per idle sleep or gap, not a loop
+        assert foreman.claims - claims_then < 100
+    finally:
+        foreman.stop()
+        worker.join(30)
+    assert not worker.is_alive()
+    assert foreman.stats.get("done") == total
