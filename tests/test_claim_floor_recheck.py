@@ -470,3 +470,46 @@ def test_worker__runs_every_job_while_queues_pause_and_resume_under_the_floor(
         worker.join(30)
     assert not worker.is_alive()
     assert foreman.stats.get("done") == total
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_burst__ends_with_every_job_run_while_a_job_type_at_its_limit_changes_the_filters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # While a worker.limited job runs (concurrent=1) the other slots claim without its
+    # type: a filter set of their own, with its own floor. Every job runs, below a
+    # floor or not, and the burst ends.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    jids = []
+    for n in range(12):
+        jids.append(enqueue_job(None, "worker.limited", {"s": 0.05}).jid)
+        jids.append(enqueue_job(None, "worker.record", {"n": n}).jid)
+    (first,) = storage.claim("default", owner="w", limit=1)  # floor on
+    assert storage.hand_back(first, message=None, keep_place=True)
+    for n in range(6):
+        below = {"priority": 1} if n % 2 else {"at": timezone.now() - timedelta(hours=1)}
+        jids.append(enqueue_job(None, "worker.record", {"n": 100 + n}, **below).jid)
+        jids.append(enqueue_job(None, "worker.limited", {"s": 0.05}, **below).jid)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.1)
+    foreman = Foreman(
+        ForemanOptions(concurrency=3, burst=True, min_sleep_ms=5, max_sleep_ms=50, ramp_time_ms=0)
+    )
+    thread = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        thread.join(60)  # far above the second or two the burst takes
+        ended = not thread.is_alive()
+    finally:
+        foreman.stop()
+        thread.join(30)
+    assert ended, f"the burst did not end: {foreman.claims} claims"
+    assert foreman.stats.get("done") == len(jids)
+    assert not Job.objects.filter(waiting=True).exists()
+    assert Job.objects.filter(status=JobStatus.DONE).count() == len(jids)
