@@ -140,9 +140,8 @@ class ClaimFloors:
         :meth:`abandon` if it failed."""
         with self._lock:
             floor = self._floors.get(filters)
-            if floor is None or not floor.on():
+            if floor is None or not floor.on() or floor.key is None:
                 return None
-            assert floor.key is not None  # on()
             now = time.monotonic()
             if now - floor.last_full >= floor.gap_s() and not floor.in_flight(now):
                 floor.full_from = now  # this claim looks from the start
@@ -202,7 +201,7 @@ class ClaimFloors:
     def _forget_left_behind(self, filters: Hashable, now: float) -> None:
         """Under the lock, after a claim with ``filters`` at ``now`` (monotonic s):
         another filter set of the same alias whose claim from the start was already
-        due is proven no longer awaited (:meth:`recheck_ms`).
+        due is no longer awaited (:meth:`recheck_ms`).
 
         Its next claim, if one ever comes, looks from the start anyway (its gap has
         passed). A claim with other filters made after that proves the claims of this
