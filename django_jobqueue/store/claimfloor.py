@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 __all__ = [
     "FLOOR_LAG_S",
@@ -103,6 +104,8 @@ class ClaimFloors:
 
     def __init__(self) -> None:
         self._floors: OrderedDict[Hashable, _Floor] = OrderedDict()
+        #: The filter set of the last claim per alias (a filter set's first item).
+        self._last: dict[Any, Hashable] = {}
         self._lock = threading.Lock()
 
     def start(self, filters: Hashable) -> Key | None:
@@ -143,6 +146,8 @@ class ClaimFloors:
                     self._floors.popitem(last=False)
             else:
                 self._floors.move_to_end(filters)
+            if isinstance(filters, tuple) and filters:
+                self._last[filters[0]] = filters
             if started is None:
                 floor.last_full = time.monotonic()
                 floor.full_ms = took_ms
@@ -153,29 +158,30 @@ class ClaimFloors:
                 floor.key = first
 
     def recheck_ms(self, using: str) -> int | None:
-        """Return ms until a claim from the start looks below a floor of ``using``
-        that a short claim left unproven (0: the next claim does); None: no such floor.
+        """Return ms until a claim from the start looks below the floor that the last
+        claim on ``using`` started at, if it came back short (0: the next claim does);
+        None: the last claim looked from the start, or was not short.
 
         A worker that found nothing sleeps no longer than this (a job written below
         the floor would otherwise wait out its whole idle sleep), and a ``--burst``
-        run does not end on a claim that did not look from the start.
+        run does not end on a claim that did not look from the start. Only the last
+        claim counts: a worker whose filters changed since (a job type's limit
+        reached or freed) claims with the new ones, whose answer is the one to trust.
         """
         now = time.monotonic()
         with self._lock:
-            waits = [
-                max(0.0, floor.last_full + floor.gap_s() - now)
-                for filters, floor in self._floors.items()
-                if floor.unproven and isinstance(filters, tuple) and filters[:1] == (using,)
-            ]
-        if not waits:
-            return None
-        soonest = min(waits)
+            last = self._last.get(using)
+            floor = self._floors.get(last) if last is not None else None
+            if floor is None or not floor.unproven:
+                return None
+            soonest = max(0.0, floor.last_full + floor.gap_s() - now)
         return math.ceil(soonest * 1000) if soonest > 0 else 0
 
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
         with self._lock:
             self._floors.clear()
+            self._last.clear()
 
 
 #: The process's floors, used by :func:`django_jobqueue.storage_sql.claim_rows`.
