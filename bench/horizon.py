@@ -33,7 +33,11 @@ readers        120    4 sessions scan the job table in REPEATABLE READ
 overload       120    1.5 x the measured drain rate is offered
 =============  =====  =========================================================
 
-``--scale`` multiplies every duration (0.1 for development). Afterwards the producer
+``--scale`` multiplies every duration (0.1 for development). ``--garbage N``
+(PostgreSQL) writes N jobs as soon as the snapshot is held, waiting and then ended
+in one transaction: each leaves a dead entry in the claim indexes that the held
+snapshot keeps, as N jobs run under it would, without running them; with a low
+``--rate`` it measures a trickle of jobs beside a long-held snapshot. Afterwards the producer
 stops, the workers drain what is left (bounded) and stop. Per phase, from the rows
 (each job's payload carries the time just before its enqueue, its handler returns the
 time it started, both this host's clock): the offered rate (jobs enqueued per
@@ -112,6 +116,10 @@ class Vendor:
         """Open a transaction on ``conn`` that holds a snapshot until it commits."""
         raise NotImplementedError
 
+    def garbage(self, conn: Any, n: int) -> None:
+        """Write ``n`` jobs waiting, then ended, in one transaction (``--garbage``)."""
+        raise NotImplementedError(f"--garbage is for PostgreSQL, not {self.db}")
+
     def read_scan(self, conn: Any) -> None:
         """Run one REPEATABLE READ transaction that scans the whole job table."""
         raise NotImplementedError
@@ -139,6 +147,37 @@ class Postgres(Vendor):
     def hold(self, conn: Any) -> None:
         conn.execute("BEGIN")
         conn.execute("SELECT txid_current()")
+
+    def garbage(self, conn: Any, n: int) -> None:
+        """Write ``n`` jobs waiting, then ended, in one transaction (``--garbage``)."""
+        columns = [
+            row[0]
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                "AND column_name <> 'id' ORDER BY ordinal_position",
+                [self.table],
+            ).fetchall()
+        ]
+        fixed = {
+            "jid": "'garbage-' || g",
+            "job_type": "'bench.garbage'",
+            "payload": "'{}'::jsonb",
+            "status": "'init'",
+            "waiting": "TRUE",
+            "run_at": "now() - interval '1 hour'",
+        }
+        picks = ", ".join(fixed.get(c, f"t.{c}") for c in columns)
+        with conn.transaction():
+            conn.execute(
+                f"INSERT INTO {self.table} ({', '.join(columns)}) "  # noqa: S608
+                f"SELECT {picks} FROM (SELECT * FROM {self.table} "
+                "WHERE job_type = 'bench.stamp' LIMIT 1) t, generate_series(1, %s) g",
+                [n],
+            )
+            conn.execute(
+                f"UPDATE {self.table} SET waiting = FALSE, status = 'done', "  # noqa: S608
+                "finished_at = now() WHERE job_type = 'bench.garbage' AND waiting"
+            )
 
     def read_scan(self, conn: Any) -> None:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
@@ -496,6 +535,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 holder = vendor.connect()
                 ours.add(vendor.session_id(holder))
                 vendor.hold(holder)
+                if args.garbage:
+                    began = time.monotonic()
+                    vendor.garbage(side, args.garbage)  # type: ignore[attr-defined]
+                    print(
+                        f"  {args.garbage} ended jobs written in {time.monotonic() - began:.1f} s"
+                    )
             elif phase.extra == "readers":
                 readers = Readers(vendor, args.reader_pause_ms / 1000, ours)
             phase.start = time.time()
@@ -703,6 +748,12 @@ def main() -> None:
         default=5.0,
         help="PostgreSQL with autovacuum off: seconds between two looks at the dead "
         "row versions (%(default)r; autovacuum's own is 60 s over all databases)",
+    )
+    parser.add_argument(
+        "--garbage",
+        type=int,
+        default=0,
+        help="PostgreSQL: jobs written and ended at once when the snapshot is held (0)",
     )
     parser.add_argument("--log", default="", help="runworkers' output file")
     parser.add_argument("--json", default="", help="also write the figures to this file")

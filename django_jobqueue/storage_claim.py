@@ -141,10 +141,8 @@ def claim_recheck_ms(using: str) -> int | None:
     proves nothing about them. 0: the next claim looks from the start; None: every
     claim that came back short looked from the start (always so on MariaDB and
     SQLite). A worker that found nothing sleeps no longer than this, and a burst
-    run does not end before it. A filter set this process's claims left (a queue
-    resumed, a job type at its limit) stops counting once its claim from the start
-    was due and a claim with other filters came, and a limits' claim (no floor)
-    proves its own.
+    run does not end before it. Only the last claim's filters count; a limits' claim
+    (no floor) and a claim of paused queues only prove theirs.
     """
     return claimfloor.floors.recheck_ms(using)
 

@@ -108,6 +108,28 @@ def test_floors__the_next_claim_from_the_start_comes_gap_times_the_last_ones_tim
     assert floor.gap_s() == gap_s / 2
 
 
+def test_floors__only_the_last_claims_filters_say_whether_to_look_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker's filters change when a job type reaches its limit or frees it: a
+    # short claim above the floor under the old filters must not keep a burst from
+    # ending (or a slot from sleeping) once a claim under the new ones looked from
+    # the start and found nothing.
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    floors = claimfloor.ClaimFloors()
+    key = (100, timezone.now(), 7)
+    limited = ("default", (), (), frozenset({"worker.limited"}))
+    floors.settle(limited, started=None, first=key, took_ms=claimfloor.SLOW_CLAIM_MS)
+    floors.settle(limited, started=_floor(key), first=None, took_ms=0.1, short=True)
+    assert floors.recheck_ms("default") is not None
+
+    floors.settle(FILTERS, started=None, first=None, took_ms=claimfloor.SLOW_CLAIM_MS)
+    assert floors.recheck_ms("default") is None
+    floors.settle(limited, started=_floor(key), first=None, took_ms=0.1, short=True)
+    assert floors.recheck_ms("default") is not None  # its filters again
+
+
 def test_floors__remember_a_bounded_number_of_filter_sets() -> None:
     floors = claimfloor.ClaimFloors()
     key = (1, timezone.now(), 1)

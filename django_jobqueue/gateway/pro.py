@@ -23,6 +23,7 @@ from ..core.validation import check_queue, check_text
 from ..enqueue import jobs_database
 from ..models import DEAD_STATUSES, Job, JobStatus, hold_hash
 from ..operations import act_in_batches
+from ..store import states
 from ..store.audit import run_audited
 from ..store.jobfilter import FilterError, parse_filter
 from ..store.licence import require_pro
@@ -172,9 +173,9 @@ def bulk(request: HttpRequest, body: BulkIn) -> Any:
     elif body.state == "running":
         jobs = jobs.filter(status=JobStatus.PROCESSING)
     elif body.state == "scheduled":
-        jobs = jobs.filter(waiting=True, run_at__gt=Now())
+        jobs = jobs.filter(states.state_filter(states.SCHEDULED))
     elif body.state == "waiting":
-        jobs = jobs.filter(waiting=True, run_at__lte=Now())
+        jobs = jobs.filter(states.state_filter(states.WAITING))
     described = ", ".join(
         f"{name}={value}"
         for name, value in (("queue", body.queue), ("type", body.job_type), ("state", body.state))

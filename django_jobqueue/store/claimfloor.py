@@ -24,11 +24,9 @@ waits at most that long, and the claim spends about a tenth of its time walking 
 garbage, however much there is. A claim with a floor keeps the claim's order above
 it. A claim above the floor that came back short proves nothing below it: the
 caller asks :meth:`ClaimFloors.recheck_ms` how long until a claim from the start
-would look there, and sleeps no longer. A filter set the process's claims left (a
-queue paused or resumed, a job type at its limit) stops counting once its claim from
-the start was due and a claim with other filters of its alias came; a claim that
-proved its rows without a floor (the limits' claim, a claim of paused queues only)
-says so with :meth:`ClaimFloors.looked_from_start`.
+would look there, and sleeps no longer (only the last claim's filters of an alias
+count). A claim that proved its rows without a floor (the limits' claim, a claim of
+paused queues only) says so with :meth:`ClaimFloors.looked_from_start`.
 
 One :class:`ClaimFloors` per process (:data:`floors`); each set of claim filters
 (alias, queues, excluded job types and queues) has its own floor, since a claim
@@ -44,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 __all__ = [
     "FLOOR_LAG_S",
@@ -124,8 +123,8 @@ class ClaimFloors:
 
     def __init__(self) -> None:
         self._floors: OrderedDict[Hashable, _Floor] = OrderedDict()
-        #: The filter sets whose floor is unproven (:attr:`_Floor.unproven`).
-        self._unproven: set[Hashable] = set()
+        #: The filter set of the last claim per alias (a filter set's first item).
+        self._last: dict[Any, Hashable] = {}
         self._lock = threading.Lock()
 
     def start(self, filters: Hashable) -> Key | None:
@@ -180,71 +179,40 @@ class ClaimFloors:
             if floor is None:
                 floor = self._floors[filters] = _Floor()
                 while len(self._floors) > MAX_FILTER_SETS:
-                    dropped, _ = self._floors.popitem(last=False)
-                    self._unproven.discard(dropped)
+                    self._floors.popitem(last=False)
             else:
                 self._floors.move_to_end(filters)
             now = time.monotonic()
+            if isinstance(filters, tuple) and filters:
+                self._last[filters[0]] = filters
             if started is None:
                 floor.last_full = now
                 floor.full_ms = took_ms
                 floor.unproven = False
                 floor.full_from = None
-                self._unproven.discard(filters)
             elif short:
                 floor.unproven = True
-                self._unproven.add(filters)
             if first is not None:
                 floor.key = first
-            self._forget_left_behind(filters, now)
-
-    def _forget_left_behind(self, filters: Hashable, now: float) -> None:
-        """Under the lock, after a claim with ``filters`` at ``now`` (monotonic s):
-        another filter set of the same alias whose claim from the start was already
-        due is no longer awaited (:meth:`recheck_ms`).
-
-        Its next claim, if one ever comes, looks from the start anyway (its gap has
-        passed). A claim with other filters made after that proves the claims of this
-        process moved on (a queue resumed, a job type at its limit or free again): left
-        unproven, it would hold :meth:`recheck_ms` at 0 for good, and a worker whose
-        idle sleep it caps would claim in a loop, a ``--burst`` never end.
-        """
-        if not self._unproven or not isinstance(filters, tuple):
-            return
-        alias = filters[:1]
-        for other in [f for f in self._unproven if f != filters]:
-            floor = self._floors.get(other)
-            if floor is None:
-                self._unproven.discard(other)
-            elif (
-                isinstance(other, tuple)
-                and other[:1] == alias
-                and now >= floor.last_full + floor.gap_s()
-            ):
-                floor.unproven = False
-                self._unproven.discard(other)
 
     def recheck_ms(self, using: str) -> int | None:
-        """Return ms until a claim from the start looks below a floor of ``using``
-        that a short claim left unproven (0: the next claim does); None: no such floor.
+        """Return ms until a claim from the start looks below the floor that the last
+        claim on ``using`` started at, if it came back short (0: the next claim does);
+        None: the last claim looked from the start, or was not short.
 
         A worker that found nothing sleeps no longer than this (a job written below
         the floor would otherwise wait out its whole idle sleep), and a ``--burst``
-        run does not end on a claim that did not look from the start.
+        run does not end on a claim that did not look from the start. Only the last
+        claim counts: a worker whose filters changed since (a job type's limit
+        reached or freed) claims with the new ones, whose answer is the one to trust.
         """
         now = time.monotonic()
         with self._lock:
-            waits = [
-                self._due_in(floor, now)
-                for filters in self._unproven
-                if isinstance(filters, tuple)
-                and filters[:1] == (using,)
-                and (floor := self._floors.get(filters)) is not None
-                and floor.unproven
-            ]
-        if not waits:
-            return None
-        soonest = min(waits)
+            last = self._last.get(using)
+            floor = self._floors.get(last) if last is not None else None
+            if floor is None or not floor.unproven:
+                return None
+            soonest = self._due_in(floor, now)
         return math.ceil(soonest * 1000) if soonest > 0 else 0
 
     @staticmethod
@@ -262,17 +230,17 @@ class ClaimFloors:
         statements, no floor), or a claim whose every queue is paused (no statement).
         The rows below its floor are proven (:meth:`recheck_ms`)."""
         with self._lock:
+            if isinstance(filters, tuple) and filters:
+                self._last[filters[0]] = filters
             floor = self._floors.get(filters)
             if floor is not None:
                 floor.unproven = False
-            self._unproven.discard(filters)
-            self._forget_left_behind(filters, time.monotonic())
 
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
         with self._lock:
             self._floors.clear()
-            self._unproven.clear()
+            self._last.clear()
 
 
 #: The process's floors, used by :func:`django_jobqueue.storage_sql.claim_rows`.

@@ -48,6 +48,7 @@ __all__ = [
     "state_word",
     "status_filter",
     "status_label",
+    "waiting_rows",
 ]
 
 #: The state words, in the order a job lives through them.
@@ -135,6 +136,18 @@ def is_waiting() -> Exact:
     return _FewRows(F("waiting"), True)  # noqa: FBT003 (a lookup's right-hand side)
 
 
+def waiting_rows() -> Q:
+    """Return the filter of the waiting jobs (scheduled or due) for a list of them:
+    :func:`is_waiting` and their statuses (``init``, ``retry``: the same rows).
+
+    The statuses are the predicate of PostgreSQL's waiting list index
+    (``jq_job_waiting_idx``, ids newest first; docs/design.md#indexes), stated so
+    that the list reads it; the claim states only ``waiting``, so it never does
+    (docs/horizon.md).
+    """
+    return Q(is_waiting(), status__in=list(WAITING_STATUSES))
+
+
 def state_filter(word: str) -> Q:
     """Return the filter of the jobs in state ``word`` (one of :data:`STATES`), by the
     database clock.
@@ -145,8 +158,8 @@ def state_filter(word: str) -> Q:
         If ``word`` is not a state word.
     """
     return {
-        SCHEDULED: Q(is_waiting(), run_at__gt=Now()),
-        WAITING: Q(is_waiting(), run_at__lte=Now()),
+        SCHEDULED: Q(waiting_rows(), run_at__gt=Now()),
+        WAITING: Q(waiting_rows(), run_at__lte=Now()),
         RUNNING: Q(status=JobStatus.PROCESSING),
         FAILED: Q(status__in=DEAD_STATUSES),
         DONE: Q(status=JobStatus.DONE),
@@ -158,10 +171,10 @@ def state_filter(word: str) -> Q:
 def status_filter(status: str) -> Q:
     """Return the filter of the jobs whose stored status is ``status``.
 
-    ``init`` and ``retry`` with ``waiting`` too (true exactly for them): PostgreSQL
-    then reads them over the waiting rows' partial indexes (docs/design.md#indexes),
-    not the whole table in id order.
+    ``init`` and ``retry`` with :func:`waiting_rows` too: PostgreSQL then reads
+    them over the waiting rows' partial indexes (docs/design.md#indexes), not the
+    whole table in id order.
     """
     if status in WAITING_STATUSES:
-        return Q(is_waiting(), status=status)
+        return Q(waiting_rows(), status=status)
     return Q(status=status)
