@@ -86,9 +86,16 @@ def claim(
     exclude_queues: list[str] = []
     if paused:
         if queues:
+            asked = queues
             queues = [name for name in queues if name not in paused]
             if not queues:
-                return []  # every queue asked for is paused: nothing to claim
+                # Every queue asked for is paused: nothing to claim, and nothing below a
+                # floor of these queues either until the resume (store/claimfloor.py).
+                if connections[using].vendor == "postgresql":
+                    claimfloor.floors.looked_from_start(
+                        claimfloor.filter_set(using, asked, (), exclude_types)
+                    )
+                return []
         else:
             exclude_queues = sorted(paused)
     token = uuid.uuid4().hex
@@ -134,7 +141,8 @@ def claim_recheck_ms(using: str) -> int | None:
     proves nothing about them. 0: the next claim looks from the start; None: every
     claim that came back short looked from the start (always so on MariaDB and
     SQLite). A worker that found nothing sleeps no longer than this, and a burst
-    run does not end before it.
+    run does not end before it. Only the last claim's filters count; a limits' claim
+    (no floor) and a claim of paused queues only prove theirs.
     """
     return claimfloor.floors.recheck_ms(using)
 
@@ -159,7 +167,7 @@ def _claim(
             if view is not None
             else storage_sql.claim_rows
         )
-        return claim_rows(
+        jobs: list[Job] = claim_rows(
             using,
             owner=owner[:200],
             token=token,
@@ -170,6 +178,13 @@ def _claim(
             lease=lease,
             started=started,
         )
+        if view is not None and connections[using].vendor == "postgresql":
+            # The limits' claim has no floor: it looked from the start, so what a short
+            # claim above the floor left unproven is proven (store/claimfloor.py).
+            claimfloor.floors.looked_from_start(
+                claimfloor.filter_set(using, queues, exclude_queues, exclude_types)
+            )
+        return jobs
     with transaction.atomic(using=using):
         due = Job.objects.using(using).filter(waiting=True, run_at__lte=Now())
         if queues:

@@ -184,7 +184,7 @@ def claim_rows(
     if vendor == "mysql":
         return _claim_mysql(using, owner, token, limit, filters, filter_params, lease, started)
     start: claimfloor.Key | None = None
-    filter_set = (using, tuple(queues or ()), tuple(exclude_queues), frozenset(exclude_types))
+    filter_set = claimfloor.filter_set(using, queues, exclude_queues, exclude_types)
     if vendor == "postgresql":
         # While dead index entries slow the claim, it starts at its floor
         # (store/claimfloor.py): a bound the claim index positions its scan on.
@@ -196,9 +196,14 @@ def claim_rows(
         using, owner, token, limit, filters, filter_params, lease, started
     )  # fmt: skip
     began = time.perf_counter()
-    with prepared.cursor(connections[using]) as cursor:  # the same text each claim
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    try:
+        with prepared.cursor(connections[using]) as cursor:  # the same text each claim
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+    except BaseException:
+        if vendor == "postgresql" and start is None:
+            claimfloor.floors.abandon(filter_set)  # the next claim looks from the start
+        raise
     jobs = order(_jobs(using, rows))
     if vendor == "postgresql":
         first = (jobs[0].priority, jobs[0].run_at, jobs[0].pk) if jobs else None

@@ -99,8 +99,8 @@ def test_floors__the_next_claim_from_the_start_comes_gap_times_the_last_ones_tim
     assert floors.recheck_ms("other") is None  # per alias
 
     floor.last_full -= gap_s  # the gap has passed
-    assert floors.start(FILTERS) is None  # this claim looks from the start
-    assert floors.recheck_ms("default") == 0
+    assert floors.recheck_ms("default") == 0  # the next claim looks from the start
+    assert floors.start(FILTERS) is None  # this one
     floors.settle(FILTERS, started=None, first=None, took_ms=took_ms)
     assert floors.recheck_ms("default") is None  # it looked: proven again
 

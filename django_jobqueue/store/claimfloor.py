@@ -18,12 +18,15 @@ or committed by a transaction that took its ``run_at`` before the claim ran. So 
 floor is used only while claims are slow (the last claim from the start took
 :data:`SLOW_CLAIM_MS` or more: the dead entries are there), and only between claims
 from the start: the next one runs :data:`FULL_CLAIM_GAP` times its own duration
-after it, and at most :data:`FULL_CLAIM_EVERY_S` later. A job written below the floor
+after it, and at most :data:`FULL_CLAIM_EVERY_S` later (one claim of the process at a
+time: the others keep the floor until it settles). A job written below the floor
 waits at most that long, and the claim spends about a tenth of its time walking the
 garbage, however much there is. A claim with a floor keeps the claim's order above
 it. A claim above the floor that came back short proves nothing below it: the
 caller asks :meth:`ClaimFloors.recheck_ms` how long until a claim from the start
-would look there, and sleeps no longer.
+would look there, and sleeps no longer (only the last claim's filters of an alias
+count). A claim that proved its rows without a floor (the limits' claim, a claim of
+paused queues only) says so with :meth:`ClaimFloors.looked_from_start`.
 
 One :class:`ClaimFloors` per process (:data:`floors`); each set of claim filters
 (alias, queues, excluded job types and queues) has its own floor, since a claim
@@ -36,7 +39,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -48,6 +51,7 @@ __all__ = [
     "SLOW_CLAIM_MS",
     "ClaimFloors",
     "Key",
+    "filter_set",
     "floors",
 ]
 
@@ -77,6 +81,17 @@ LAG = timedelta(seconds=FLOOR_LAG_S)
 Key = tuple[int, datetime, int]
 
 
+def filter_set(
+    using: str,
+    queues: Sequence[str] | None,
+    exclude_queues: Sequence[str],
+    exclude_types: Collection[str],
+) -> tuple[str, tuple[str, ...], tuple[str, ...], frozenset[str]]:
+    """The key of a claim's floor: its alias, queues (empty: every queue), excluded
+    queues (the paused ones) and excluded job types."""
+    return (using, tuple(queues or ()), tuple(exclude_queues), frozenset(exclude_types))
+
+
 @dataclass
 class _Floor:
     key: Key | None = None
@@ -85,18 +100,22 @@ class _Floor:
     full_ms: float = 0.0
     #: A claim above the floor came back short since the last claim from the start.
     unproven: bool = False
+    #: When (monotonic s) :meth:`ClaimFloors.start` sent a claim from the start that
+    #: has not settled yet; None: none in flight.
+    full_from: float | None = None
 
     def gap_s(self) -> float:
         """Seconds from the last claim from the start to the next one."""
         return min(FULL_CLAIM_EVERY_S, FULL_CLAIM_GAP * self.full_ms / 1000)
 
     def on(self) -> bool:
-        """Whether the next claim starts at the floor (else from the start)."""
-        return (
-            self.key is not None
-            and self.full_ms >= SLOW_CLAIM_MS
-            and time.monotonic() - self.last_full < self.gap_s()
-        )
+        """Whether claims start at the floor: slow claims from the start, and a key."""
+        return self.key is not None and self.full_ms >= SLOW_CLAIM_MS
+
+    def in_flight(self, now: float) -> bool:
+        """Whether a claim from the start is under way (sent less than
+        :data:`FULL_CLAIM_EVERY_S` ago: one that failed is not waited for longer)."""
+        return self.full_from is not None and now - self.full_from < FULL_CLAIM_EVERY_S
 
 
 class ClaimFloors:
@@ -112,13 +131,30 @@ class ClaimFloors:
         """Return the key the next claim with ``filters`` may start at; None: the start.
 
         The key is the floor's priority, its ``run_at`` less :data:`FLOOR_LAG_S`, and
-        id 0: the claim's first row, less a margin for jobs committed late."""
+        id 0: the claim's first row, less a margin for jobs committed late. Once the
+        gap since the last claim from the start has passed, one claim of the process
+        looks from the start; the claims sent while it is under way keep the floor, so
+        claimers of one process (the gateway's claim threads) walk the garbage once
+        a gap, not each at once. Pass the claim on to :meth:`settle`, or to
+        :meth:`abandon` if it failed."""
         with self._lock:
             floor = self._floors.get(filters)
             if floor is None or not floor.on() or floor.key is None:
                 return None
+            now = time.monotonic()
+            if now - floor.last_full >= floor.gap_s() and not floor.in_flight(now):
+                floor.full_from = now  # this claim looks from the start
+                return None
             priority, run_at, _id = floor.key
             return (priority, run_at - LAG, 0)
+
+    def abandon(self, filters: Hashable) -> None:
+        """A claim :meth:`start` sent from the start failed: the next one looks from
+        the start in its place."""
+        with self._lock:
+            floor = self._floors.get(filters)
+            if floor is not None:
+                floor.full_from = None
 
     def settle(
         self,
@@ -146,12 +182,14 @@ class ClaimFloors:
                     self._floors.popitem(last=False)
             else:
                 self._floors.move_to_end(filters)
+            now = time.monotonic()
             if isinstance(filters, tuple) and filters:
                 self._last[filters[0]] = filters
             if started is None:
-                floor.last_full = time.monotonic()
+                floor.last_full = now
                 floor.full_ms = took_ms
                 floor.unproven = False
+                floor.full_from = None
             elif short:
                 floor.unproven = True
             if first is not None:
@@ -174,8 +212,29 @@ class ClaimFloors:
             floor = self._floors.get(last) if last is not None else None
             if floor is None or not floor.unproven:
                 return None
-            soonest = max(0.0, floor.last_full + floor.gap_s() - now)
+            soonest = self._due_in(floor, now)
         return math.ceil(soonest * 1000) if soonest > 0 else 0
+
+    @staticmethod
+    def _due_in(floor: _Floor, now: float) -> float:
+        """Seconds until a claim with ``floor``'s filters would look from the start;
+        while one that does is under way, about its time (it proves the rows)."""
+        due_in = floor.last_full + floor.gap_s() - now
+        if due_in <= 0 and floor.in_flight(now):
+            return max(floor.full_ms / 1000, 0.001)
+        return max(0.0, due_in)
+
+    def looked_from_start(self, filters: Hashable) -> None:
+        """Record a claim with ``filters`` that proved every row it could take without
+        :func:`~django_jobqueue.storage_sql.claim_rows`: the limits' claim (its own
+        statements, no floor), or a claim whose every queue is paused (no statement).
+        The rows below its floor are proven (:meth:`recheck_ms`)."""
+        with self._lock:
+            if isinstance(filters, tuple) and filters:
+                self._last[filters[0]] = filters
+            floor = self._floors.get(filters)
+            if floor is not None:
+                floor.unproven = False
 
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""

@@ -145,7 +145,8 @@ class ForemanSlots:
                     counted = False
                     break
                 if not self.listener.healthy:  # wake-ups may be lost: poll
-                    sleep_ms = self.min_sleep_ms
+                    # ... but no longer than a rate or the floor's recheck allows.
+                    sleep_ms = min(sleep_ms, self.min_sleep_ms)
                 sleep = (sleep_ms / 1000, slot.gen)
         finally:
             # Wait for the runner to close its connections before the slot ends, so
