@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import close_old_connections, connection
@@ -256,6 +257,33 @@ def test_burst__does_not_end_before_a_claim_from_the_start_took_the_jobs_below_t
     assert not Job.objects.filter(waiting=True).exists()
 
 
+def floor_with_a_job_below() -> Any:
+    """Turn the floor on at a first job (claimed here), then write a job above it and a
+    more urgent one below it; return the one below."""
+    enqueue_job(None, "worker.record", {"n": 1})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
+    enqueue_job(None, "worker.record", {"n": 2})  # above the floor
+    return enqueue_job(None, "worker.record", {"n": 3}, priority=1)  # below it
+
+
+def run_until_done(foreman: Any, jid: str, *, within_s: float = 20) -> None:
+    """Run ``foreman`` in a thread until job ``jid`` is done (at most ``within_s``
+    seconds), then stop it; fail if the job is not done or the foreman did not stop."""
+    thread = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            if Job.objects.filter(jid=jid, status=JobStatus.DONE).exists():
+                break
+            time.sleep(0.05)
+        assert Job.objects.get(jid=jid).status == JobStatus.DONE
+    finally:
+        foreman.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
 @pytest.mark.vendor("postgresql")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("slow_claims")
@@ -264,30 +292,15 @@ def test_idle_worker__sleeps_only_until_the_claim_from_the_start_that_sees_below
 ) -> None:
     # Nothing wakes this worker (its jobs were written before it started) and its idle
     # sleep is a minute: a job below the floor is claimed when the claim from the start
-    # is due, not after the sleep.
+    # is due (0.5 s), not after the sleep.
     from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
-    enqueue_job(None, "worker.record", {"n": 1})
-    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
-    enqueue_job(None, "worker.record", {"n": 2})  # above the floor
-    urgent = enqueue_job(None, "worker.record", {"n": 3}, priority=1)  # below it
+    urgent = floor_with_a_job_below()
     monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.5)
     foreman = Foreman(
         ForemanOptions(concurrency=1, min_sleep_ms=60_000, max_sleep_ms=60_000, ramp_time_ms=0)
     )
-    thread = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20  # far below the minute, far above the 0.5 s
-        while time.monotonic() < deadline:
-            if Job.objects.filter(jid=urgent.jid, status=JobStatus.DONE).exists():
-                break
-            time.sleep(0.05)
-        assert Job.objects.get(jid=urgent.jid).status == JobStatus.DONE
-    finally:
-        foreman.stop()
-        thread.join(30)
-    assert not thread.is_alive()
+    run_until_done(foreman, urgent.jid)
 
 
 @pytest.mark.vendor("postgresql")

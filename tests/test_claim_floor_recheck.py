@@ -20,6 +20,11 @@ from django_jobqueue import enqueue_job, storage
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.store import claimfloor, limits, pauses
 from django_jobqueue.store.pauses import pause_queue, resume_queue
+from tests.test_claim_floor import (  # the floor's fixture and helpers
+    floor_with_a_job_below,
+    run_until_done,
+    slow_claims,  # noqa: F401 (a fixture, used by name)
+)
 
 
 @pytest.fixture(autouse=True)
@@ -31,14 +36,6 @@ def _fresh_caches() -> Iterator[None]:
     yield
     limits.clear_cache()
     pauses.clear_cache()
-
-
-@pytest.fixture
-def slow_claims(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every claim from the start counts as slow; no claim from the start is due."""
-    monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
 
 
 def _leave_an_unproven_floor_behind() -> None:
@@ -159,29 +156,14 @@ def test_idle_worker__with_its_listener_down_still_sleeps_only_until_the_claim_f
 
     from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
-    enqueue_job(None, "worker.record", {"n": 1})
-    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
-    enqueue_job(None, "worker.record", {"n": 2})  # above the floor
-    urgent = enqueue_job(None, "worker.record", {"n": 3}, priority=1)  # below it
+    urgent = floor_with_a_job_below()
     monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.5)
     with override_settings(JOBQUEUE={"NOTIFY": False}):  # no listener marks it up again
         foreman = Foreman(
             ForemanOptions(concurrency=1, min_sleep_ms=60_000, max_sleep_ms=60_000, ramp_time_ms=0)
         )
         foreman.listener.mark_down()
-        thread = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
-        thread.start()
-        try:
-            deadline = time.monotonic() + 20  # far below the minute, far above the 0.5 s
-            while time.monotonic() < deadline:
-                if Job.objects.filter(jid=urgent.jid, status=JobStatus.DONE).exists():
-                    break
-                time.sleep(0.05)
-            assert Job.objects.get(jid=urgent.jid).status == JobStatus.DONE
-        finally:
-            foreman.stop()
-            thread.join(30)
-    assert not thread.is_alive()
+        run_until_done(foreman, urgent.jid)
 
 
 @pytest.mark.vendor("postgresql")
