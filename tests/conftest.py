@@ -154,6 +154,22 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
             print(f"\nconftest: ended {ended} stray session(s) on the test database")  # noqa: T201
 
 
+#: The claim floor's own tests, which set its thresholds themselves.
+FLOOR_TESTS = ("test_claim_floor", "test_claim_floor_recheck", "test_claim_floor_long_poll")
+
+
+@pytest.fixture(autouse=True)
+def _no_claim_floor_by_load(request: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No claim of a test (in this process) starts at a claim floor because the machine
+    was slow: a loaded run's 5 ms claim would turn it on (store/claimfloor.py) and
+    change which statement or order a test sees. The floor's own tests (FLOOR_TESTS)
+    turn it on themselves."""
+    from django_jobqueue.store import claimfloor
+
+    if request.module.__name__.rpartition(".")[2] not in FLOOR_TESTS:
+        monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 1e9)  # ms: a claim of 11 days
+
+
 @pytest.fixture(autouse=True)
 def _fresh_stats_state(request: Any) -> Any:
     """Start and end every test with no job statistics of an earlier test in this process.
