@@ -51,6 +51,12 @@ def _floor(key: claimfloor.Key) -> claimfloor.Key:
     return (key[0], key[1] - claimfloor.LAG, 0)
 
 
+def floor_on() -> None:
+    """Write a job and claim it: with ``slow_claims``, the floor is on at that job."""
+    enqueue_job(None, "worker.record", {"n": 0})
+    assert len(storage.claim("default", owner="w", limit=1)) == 1
+
+
 # the policy, no database ---------------------------------------------------------
 
 
@@ -168,8 +174,7 @@ def test_claim__a_job_committed_after_a_claim_with_an_earlier_run_at_is_the_next
     # A producer takes its run_at, another job is enqueued and claimed (the floor at
     # its key), and only then the producer commits: its job sorts just below the
     # floor. Within the margin the next claim with the floor takes it.
-    enqueue_job(None, "worker.record", {"n": 0})
-    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on
+    floor_on()
     late_run_at = timezone.now()
     enqueue_job(None, "worker.record", {"n": 1})
     assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor at job 1
@@ -210,8 +215,7 @@ def test_claim__a_job_written_below_the_floor_waits_for_the_next_claim_from_the_
 def test_claim__nothing_above_the_floor_leaves_the_rows_below_for_the_next_claim_from_the_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    enqueue_job(None, "worker.record", {"n": 1})
-    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
+    floor_on()
     urgent = enqueue_job(None, "worker.record", {"n": 2}, priority=1)  # below the floor
 
     with CaptureQueriesContext(connection) as queries:
@@ -240,8 +244,7 @@ def test_burst__does_not_end_before_a_claim_from_the_start_took_the_jobs_below_t
     # once a claim from the start is due, and the burst ends only after that.
     from tests.workers_helpers import drain
 
-    enqueue_job(None, "worker.record", {"n": 1})
-    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
+    floor_on()
     above = enqueue_job(None, "worker.record", {"n": 2})
     below = [
         enqueue_job(None, "worker.record", {"n": 3}, priority=1),
@@ -258,10 +261,9 @@ def test_burst__does_not_end_before_a_claim_from_the_start_took_the_jobs_below_t
 
 
 def floor_with_a_job_below() -> Any:
-    """Turn the floor on at a first job (claimed here), then write a job above it and a
-    more urgent one below it; return the one below."""
-    enqueue_job(None, "worker.record", {"n": 1})
-    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 1
+    """Turn the floor on (:func:`floor_on`), then write a job above it and a more
+    urgent one below it; return the one below."""
+    floor_on()
     enqueue_job(None, "worker.record", {"n": 2})  # above the floor
     return enqueue_job(None, "worker.record", {"n": 3}, priority=1)  # below it
 

@@ -21,6 +21,7 @@ from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.store import claimfloor, limits, pauses
 from django_jobqueue.store.pauses import pause_queue, resume_queue
 from tests.test_claim_floor import (  # the floor's fixture and helpers
+    floor_on,
     floor_with_a_job_below,
     run_until_done,
     slow_claims,  # noqa: F401 (a fixture, used by name)
@@ -107,8 +108,7 @@ def test_recheck__a_limits_claim_looks_from_the_start_and_proves_the_rows_below(
     # A limit set while a floor was unproven: every claim is now the limits' claim,
     # whose statements have no floor. Each looks from the start, so it proves what a
     # short claim above the floor left unproven.
-    enqueue_job(None, "worker.record", {"n": 1})
-    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on
+    floor_on()
     assert storage.claim("default", owner="w", limit=5) == []  # short above it
     assert storage.claim_recheck_ms("default") is not None
     limits.set_limit("default", "type:worker.record", {"concurrency": 10})
@@ -180,8 +180,7 @@ def test_burst__async_handlers_take_every_job_below_and_above_the_floor(
 
     from tests.workers_helpers import drain
 
-    enqueue_job(None, "worker.record", {"n": 0})
-    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, at job 0
+    floor_on()
     jids = []
     for n in range(30):
         jids.append(enqueue_job(None, "aio.record", {"s": 0.01}).jid)  # above the floor
