@@ -230,13 +230,17 @@ class ProcessStats:
         timer.start()
 
     def _timed_flush(self, using: str) -> None:
-        """In the timer's thread: write the counts of ``using``, then close its connection."""
-        with self._lock:
-            self._timers.pop(using, None)
+        """In the timer's thread: write the counts of ``using``, then close its connection.
+
+        The timer stays in ``_timers`` until its write ended, so :meth:`clear` waits
+        for a write under way; counts that came meanwhile are scheduled after it."""
         try:
             self.flush(using)
         finally:
             connections[using].close()
+            with self._lock:
+                if self._timers.get(using) is threading.current_thread():
+                    del self._timers[using]
         if self.pending(using) and self.flush_timer:
             self._schedule(using)  # the write failed: try again in flush_s
 
