@@ -134,15 +134,17 @@ def claimed_under(using: str, token: str) -> list[Job]:
 
 
 def claim_recheck_ms(using: str) -> int | None:
-    """Return ms until a claim on ``using`` looks again where a short claim did not.
+    """Return ms until a claim on ``using`` should run again to see what a short
+    claim did not.
 
     While dead index entries slow PostgreSQL's claim, a claim may start at a floor
     and skip the rows below it (docs/horizon.md); a short answer from such a claim
-    proves nothing about them. 0: the next claim looks from the start; None: every
-    claim that came back short looked from the start (always so on MariaDB and
-    SQLite). A worker that found nothing sleeps no longer than this, and a burst
-    run does not end before it. Only the last claim's filters count; a limits' claim
-    (no floor) and a claim of paused queues only prove theirs.
+    proves nothing about them until a look below the floor (a read in the process's
+    looker thread) has been there. 0: claim again now (the next claim sends that
+    look, or a look found rows there); None: nothing is left unproven (always so on
+    MariaDB and SQLite). A worker that found nothing sleeps no longer than this, and
+    a burst run does not end before it. Only the last claim's filters count; a
+    limits' claim (no floor) and a claim of paused queues only prove theirs.
     """
     return claimfloor.floors.recheck_ms(using)
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -185,6 +185,7 @@ def claim_rows(
         return _claim_mysql(using, owner, token, limit, filters, filter_params, lease, started)
     start: claimfloor.Key | None = None
     filter_set = claimfloor.filter_set(using, queues, exclude_queues, exclude_types)
+    due_filters, due_params = filters, filter_params
     if vendor == "postgresql":
         # While dead index entries slow the claim, it starts at its floor
         # (store/claimfloor.py): a bound the claim index positions its scan on.
@@ -196,14 +197,9 @@ def claim_rows(
         using, owner, token, limit, filters, filter_params, lease, started
     )  # fmt: skip
     began = time.perf_counter()
-    try:
-        with prepared.cursor(connections[using]) as cursor:  # the same text each claim
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-    except BaseException:
-        if vendor == "postgresql" and start is None:
-            claimfloor.floors.abandon(filter_set)  # the next claim looks from the start
-        raise
+    with prepared.cursor(connections[using]) as cursor:  # the same text each claim
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
     jobs = order(_jobs(using, rows))
     if vendor == "postgresql":
         first = (jobs[0].priority, jobs[0].run_at, jobs[0].pk) if jobs else None
@@ -213,7 +209,48 @@ def claim_rows(
         claimfloor.floors.settle(
             filter_set, started=start, first=first, took_ms=took_ms, short=len(jobs) < limit
         )
+        below = claimfloor.floors.due_look(filter_set)
+        if below is not None:
+            # The walk over the dead entries below the floor, off this claim's way.
+            claimfloor.looker.submit(
+                filter_set,
+                functools.partial(_look_below, using, filter_set, due_filters, due_params, below),
+            )
     return jobs
+
+
+def _look_below(
+    using: str,
+    filter_set: Hashable,
+    filters: str,
+    filter_params: list[Any],
+    below: claimfloor.Key,
+) -> None:
+    """In the looker thread: find the first waiting due row that a claim with these
+    filters would take below ``below`` (its floor's bound), and report it, or that
+    there is none, and the look's time, to the floors (store/claimfloor.py).
+
+    A read without locks: a row another claim has locked but not committed yet is
+    found too, and the floor goes down to it for nothing but one claim's walk.
+    """
+    table = _q(using, Job._meta.db_table)
+    sql = (
+        f"SELECT priority, run_at, id FROM {table} "
+        f"WHERE waiting = TRUE AND run_at <= STATEMENT_TIMESTAMP(){filters} "
+        "AND (priority, run_at, id) < (%s, %s, %s) "
+        "ORDER BY priority, run_at, id LIMIT 1"
+    )
+    began = time.perf_counter()
+    try:
+        with connections[using].cursor() as cursor:
+            cursor.execute(sql, [*filter_params, *below])
+            row = cursor.fetchone()
+    except BaseException:
+        claimfloor.floors.abandon(filter_set)  # the next claim sends another
+        raise
+    took_ms = (time.perf_counter() - began) * 1000
+    found = (row[0], row[1], row[2]) if row is not None else None
+    claimfloor.floors.looked(filter_set, found=found, took_ms=took_ms)
 
 
 def claim_statement(

@@ -180,7 +180,7 @@ def _fresh_stats_state(request: Any) -> Any:
     thread writes on a connection of its own, outside the test's transaction, where
     its rows would outlive the test; elsewhere a test writes them with ``flush``.
     """
-    from django_jobqueue.store.claimfloor import floors
+    from django_jobqueue.store.claimfloor import floors, looker
     from django_jobqueue.store.jobstats import process_stats
 
     marker = request.node.get_closest_marker("django_db")
@@ -188,6 +188,9 @@ def _fresh_stats_state(request: Any) -> Any:
     process_stats.flush_timer = bool(marker and marker.kwargs.get("transaction"))
     floors.clear()  # a claim floor is a key of an earlier test's rows
     yield
+    # A look below a claim floor still running in the looker thread reads the job
+    # and pause tables, and would deadlock with the flush's TRUNCATE of both.
+    assert looker.wait(30), "a look below a claim floor ran on for 30 s"
     process_stats.clear()
     process_stats.flush_timer = True
     floors.clear()

@@ -2,8 +2,8 @@
 
 While claims from the start of the claim index are slow (dead entries), a PostgreSQL
 claim starts at the key of the first row the last claim took; a claim from the start
-still runs ``FULL_CLAIM_GAP`` times its own duration later (at most
-``FULL_CLAIM_EVERY_S``), and a fast one turns the floor off. A short claim above the
+still runs ``LOOK_GAP`` times its own duration later (at most
+``LOOK_EVERY_S``), and a fast one turns the floor off. A short claim above the
 floor leaves the rows below it unproven: a worker sleeps only until the next claim from
 the start, and a burst does not end before it. MariaDB and SQLite never take a floor.
 The thresholds are set by the tests, never timed.
@@ -34,8 +34,8 @@ def slow_claims(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every claim from the start counts as slow; no claim from the start is due."""
     monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
     # Longer than any uptime: the test never depends on how long ago the machine booted.
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
 
 
 def _claim_sql(queries: CaptureQueriesContext) -> list[str]:
@@ -77,26 +77,29 @@ def test_floors__on_after_a_slow_claim_from_the_start_off_after_a_fast_one(
     assert floors.start(FILTERS) == _floor(later)  # an empty claim leaves it where it was
     assert floors.start(("default", ("other",), (), frozenset())) is None  # per filter set
 
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)
-    assert floors.start(FILTERS) is None  # a claim from the start is due
-    floors.settle(FILTERS, started=None, first=None, took_ms=0.1)
+    assert floors.due_look(FILTERS) is None  # the gap has not passed
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)
+    assert floors.due_look(FILTERS) == _floor(later)  # a look below the floor is due
+    assert floors.start(FILTERS) == _floor(later)  # the claims keep the floor meanwhile
+    floors.looked(FILTERS, found=None, took_ms=0.1)
     # Longer than any uptime: the test never depends on how long ago the machine booted.
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
-    assert floors.start(FILTERS) is None  # that one was fast: off
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    assert floors.start(FILTERS) is None  # that look was fast: off
 
 
-def test_floors__the_next_claim_from_the_start_comes_gap_times_the_last_ones_time_later(
+def test_floors__the_next_look_comes_gap_times_the_last_ones_time_later(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
     floors = claimfloor.ClaimFloors()
     key = (100, timezone.now(), 7)
     took_ms = claimfloor.SLOW_CLAIM_MS * 4
     floors.settle(FILTERS, started=None, first=key, took_ms=took_ms)
     floor = floors._floors[FILTERS]
-    gap_s = claimfloor.FULL_CLAIM_GAP * took_ms / 1000
+    gap_s = claimfloor.LOOK_GAP * took_ms / 1000
     assert floor.gap_s() == gap_s
     assert floors.start(FILTERS) == _floor(key)
+    assert floors.due_look(FILTERS) is None
     assert floors.recheck_ms("default") is None  # no short claim above the floor yet
 
     floors.settle(FILTERS, started=_floor(key), first=None, took_ms=0.1, short=True)
@@ -106,13 +109,48 @@ def test_floors__the_next_claim_from_the_start_comes_gap_times_the_last_ones_tim
     assert floors.recheck_ms("other") is None  # per alias
 
     floor.last_full -= gap_s  # the gap has passed
-    assert floors.recheck_ms("default") == 0  # the next claim looks from the start
-    assert floors.start(FILTERS) is None  # this one
-    floors.settle(FILTERS, started=None, first=None, took_ms=took_ms)
-    assert floors.recheck_ms("default") is None  # it looked: proven again
+    assert floors.recheck_ms("default") == 0  # the next claim sends the look
+    assert floors.due_look(FILTERS) == _floor(key)  # this one
+    assert floors.due_look(FILTERS) is None  # one at a time
+    waits_ms = floors.recheck_ms("default")  # until the look is back, about its time
+    assert waits_ms is not None and 0 < waits_ms <= took_ms + 1
+    floors.looked(FILTERS, found=None, took_ms=took_ms)
+    assert floors.recheck_ms("default") is None  # it found nothing: proven again
+    # The next short claim above the floor is covered by that look; the one after is not.
+    floors.settle(FILTERS, started=_floor(key), first=None, took_ms=0.1, short=True)
+    assert floors.recheck_ms("default") is None
+    floors.settle(FILTERS, started=_floor(key), first=None, took_ms=0.1, short=True)
+    assert floors.recheck_ms("default") is not None
 
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", gap_s / 2)  # the cap
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", gap_s / 2)  # the cap
     assert floor.gap_s() == gap_s / 2
+
+
+def test_floors__a_look_that_finds_a_row_lowers_the_floor_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)
+    floors = claimfloor.ClaimFloors()
+    key = (100, timezone.now(), 7)
+    floors.settle(FILTERS, started=None, first=key, took_ms=claimfloor.SLOW_CLAIM_MS)
+    floors.settle(FILTERS, started=_floor(key), first=None, took_ms=0.1, short=True)
+    assert floors.due_look(FILTERS) == _floor(key)
+    below = (1, key[1] - timedelta(hours=1), 3)
+    floors.looked(FILTERS, found=below, took_ms=claimfloor.SLOW_CLAIM_MS)
+
+    assert floors.start(FILTERS) == _floor(below)
+    assert floors.recheck_ms("default") == 0  # claim again now: a row waits there
+    # A claim that started at the old floor settles late: it saw nothing of the row
+    # below it, and leaves the floor where the look put it.
+    floors.settle(FILTERS, started=_floor(key), first=key, took_ms=0.1)
+    assert floors.start(FILTERS) == _floor(below)
+    assert floors.recheck_ms("default") == 0
+    # The claim that started there takes it, and the floor moves up again.
+    floors.settle(FILTERS, started=_floor(below), first=below, took_ms=0.1, short=True)
+    assert floors.start(FILTERS) == _floor(below)
+    assert floors.recheck_ms("default") is not None
+    floors.settle(FILTERS, started=_floor(below), first=key, took_ms=0.1)
+    assert floors.start(FILTERS) == _floor(key)
 
 
 def test_floors__only_the_last_claims_filters_say_whether_to_look_again(
@@ -122,8 +160,8 @@ def test_floors__only_the_last_claims_filters_say_whether_to_look_again(
     # short claim above the floor under the old filters must not keep a burst from
     # ending (or a slot from sleeping) once a claim under the new ones looked from
     # the start and found nothing.
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
     floors = claimfloor.ClaimFloors()
     key = (100, timezone.now(), 7)
     limited = ("default", (), (), frozenset({"worker.limited"}))
@@ -188,10 +226,16 @@ def test_claim__a_job_committed_after_a_claim_with_an_earlier_run_at_is_the_next
     assert BOUND in floored
 
 
+def look_below() -> None:
+    """Wait for the looker thread's looks (their own connection: a transactional
+    test's rows are committed)."""
+    assert claimfloor.looker.wait(30)
+
+
 @pytest.mark.vendor("postgresql")
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("slow_claims")
-def test_claim__a_job_written_below_the_floor_waits_for_the_next_claim_from_the_start(
+def test_claim__a_job_written_below_the_floor_waits_for_the_next_look_below_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     enqueue_job(None, "worker.record", {"n": 1})
@@ -202,17 +246,24 @@ def test_claim__a_job_written_below_the_floor_waits_for_the_next_claim_from_the_
 
     floored = storage.claim("default", owner="w", limit=5)
     assert [job.jid for job in floored] == [later.jid]  # both below the floor
+    look_below()  # none was due
 
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
-    full = storage.claim("default", owner="w", limit=5)
-    assert [job.jid for job in full] == [urgent.jid, backdated.jid]
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)  # a look below is due
+    with CaptureQueriesContext(connection) as queries:
+        assert storage.claim("default", owner="w", limit=5) == []  # it sends the look
+    assert [BOUND in sql for sql in _claim_sql(queries)] == [True]  # the claim kept its floor
+    look_below()
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    assert storage.claim_recheck_ms("default") == 0  # the look found them: claim now
+    below = storage.claim("default", owner="w", limit=5)
+    assert [job.jid for job in below] == [urgent.jid, backdated.jid]
     assert not Job.objects.filter(waiting=True).exists()
 
 
 @pytest.mark.vendor("postgresql")
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("slow_claims")
-def test_claim__nothing_above_the_floor_leaves_the_rows_below_for_the_next_claim_from_the_start(
+def test_claim__nothing_above_the_floor_leaves_the_rows_below_for_the_next_look(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     floor_on()
@@ -225,12 +276,17 @@ def test_claim__nothing_above_the_floor_leaves_the_rows_below_for_the_next_claim
     # The empty answer proved nothing below the floor: the caller is told so.
     assert storage.claim_recheck_ms("default") is not None
 
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
-    assert storage.claim_recheck_ms("default") == 0
-    with CaptureQueriesContext(connection) as queries:
-        claimed = storage.claim("default", owner="w", limit=5)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)  # a look below is due
+    assert storage.claim_recheck_ms("default") == 0  # the next claim sends it
+    assert storage.claim("default", owner="w", limit=5) == []
+    look_below()
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    claimed = storage.claim("default", owner="w", limit=5)
     assert [job.jid for job in claimed] == [urgent.jid]
-    assert BOUND not in _claim_sql(queries)[0]
+    # Empty now; a look that finds nothing proves the rows below again.
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)
+    assert storage.claim("default", owner="w", limit=5) == []
+    look_below()
     assert storage.claim_recheck_ms("default") is None
 
 
@@ -250,7 +306,7 @@ def test_burst__does_not_end_before_a_claim_from_the_start_took_the_jobs_below_t
         enqueue_job(None, "worker.record", {"n": 3}, priority=1),
         enqueue_job(None, "worker.record", {"n": 4}, at=timezone.now() - timedelta(hours=1)),
     ]
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.3)  # the wait the test accepts
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.3)  # the wait the test accepts
 
     outcomes = drain(concurrency=2)
 
@@ -298,7 +354,7 @@ def test_idle_worker__sleeps_only_until_the_claim_from_the_start_that_sees_below
     from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
     urgent = floor_with_a_job_below()
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.5)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.5)
     foreman = Foreman(
         ForemanOptions(concurrency=1, min_sleep_ms=60_000, max_sleep_ms=60_000, ramp_time_ms=0)
     )
@@ -326,8 +382,8 @@ def test_claim__racing_claimers_with_floors_claim_every_job_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.05)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)  # the next from the start: 0.05 s
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.05)
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)  # the next from the start: 0.05 s
     total = 400
     claimed: list[str] = []
     lock = threading.Lock()

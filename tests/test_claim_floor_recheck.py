@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -58,7 +59,7 @@ def test_recheck__a_filter_set_no_claim_uses_any_more_leaves_the_alias_proven(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _leave_an_unproven_floor_behind()
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)  # a look below the floor is due
 
     # From the start, every queue: nothing is due anywhere.
     assert storage.claim("default", owner="w", limit=5) == []
@@ -77,7 +78,7 @@ def test_burst__ends_after_a_queue_was_resumed_and_does_not_claim_in_a_loop(
 
     _leave_an_unproven_floor_behind()
     below = enqueue_job(None, "worker.record", {"n": 2}, priority=1)  # below the floor
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.05)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.05)
     foreman = Foreman(
         ForemanOptions(
             concurrency=1, burst=True, min_sleep_ms=1000, max_sleep_ms=1000, ramp_time_ms=0
@@ -112,7 +113,7 @@ def test_recheck__a_limits_claim_looks_from_the_start_and_proves_the_rows_below(
     assert storage.claim("default", owner="w", limit=5) == []  # short above it
     assert storage.claim_recheck_ms("default") is not None
     limits.set_limit("default", "type:worker.record", {"concurrency": 10})
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)  # a look below the floor is due
     urgent = enqueue_job(None, "worker.record", {"n": 2}, priority=1)  # below the floor
 
     assert [job.jid for job in storage.claim("default", owner="w", limit=5)] == [urgent.jid]
@@ -135,7 +136,7 @@ def test_recheck__a_worker_whose_every_queue_is_paused_is_not_held_by_its_floor(
     assert storage.claim("default", owner="w", limit=5, queues=["a"]) == []  # short above it
     assert storage.claim_recheck_ms("default") is not None
     pause_queue("default", "a")
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.0)  # a claim from the start is due
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)  # a look below the floor is due
 
     assert storage.claim("default", owner="w", limit=5, queues=["a"]) == []
 
@@ -157,7 +158,7 @@ def test_idle_worker__with_its_listener_down_still_sleeps_only_until_the_claim_f
     from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
     urgent = floor_with_a_job_below()
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.5)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.5)
     with override_settings(JOBQUEUE={"NOTIFY": False}):  # no listener marks it up again
         foreman = Foreman(
             ForemanOptions(concurrency=1, min_sleep_ms=60_000, max_sleep_ms=60_000, ramp_time_ms=0)
@@ -186,7 +187,7 @@ def test_burst__async_handlers_take_every_job_below_and_above_the_floor(
         jids.append(enqueue_job(None, "aio.record", {"s": 0.01}).jid)  # above the floor
         below = {"priority": 1} if n % 2 else {"at": timezone.now() - timedelta(hours=1)}
         jids.append(enqueue_job(None, "aio.record", {"s": 0.01}, **below).jid)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.1)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.1)
 
     outcomes = drain(concurrency=4)
 
@@ -200,8 +201,8 @@ def test_floors__only_the_last_claim_of_the_same_alias_decides_the_recheck(
 ) -> None:
     from django.utils import timezone
 
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
     floors = claimfloor.ClaimFloors()
     key = (100, timezone.now(), 7)
     left = claimfloor.filter_set("a", None, ("paused",), ())
@@ -242,8 +243,8 @@ def test_floors__a_filter_set_the_lru_dropped_no_longer_holds_the_recheck(
 ) -> None:
     from django.utils import timezone
 
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
     floors = claimfloor.ClaimFloors()
     key = (100, timezone.now(), 7)
     oldest = claimfloor.filter_set("a", ["q"], (), ())
@@ -268,7 +269,7 @@ def test_idle_worker__takes_a_job_handed_back_in_place_and_a_reaped_one_below_th
 ) -> None:
     # Both keep (or take back) a place below the floor the claims have moved past.
     # Nothing wakes this worker and its idle sleep is a minute: each is claimed when
-    # a claim from the start is due.
+    # a look below the floor is due.
     from datetime import timedelta
 
     from django.utils import timezone
@@ -289,7 +290,7 @@ def test_idle_worker__takes_a_job_handed_back_in_place_and_a_reaped_one_below_th
     time.sleep(0.05)
     assert reaping.reap_expired("default") == 1
     assert Job.objects.filter(jid__in=[kept.jid, reaped.jid], waiting=True).count() == 2
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.5)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.5)
     foreman = Foreman(
         ForemanOptions(concurrency=1, min_sleep_ms=60_000, max_sleep_ms=60_000, ramp_time_ms=0)
     )
@@ -310,22 +311,30 @@ def test_idle_worker__takes_a_job_handed_back_in_place_and_a_reaped_one_below_th
 
 @pytest.mark.vendor("postgresql")
 @pytest.mark.django_db(transaction=True)
-def test_claim__of_claims_at_once_when_one_from_the_start_is_due_only_one_looks_from_the_start(
+def test_claim__of_claims_at_once_when_a_look_is_due_one_sends_it_and_all_keep_the_floor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Claimers of one process with the same filters (the gateway's claim threads): when
-    # the gap has passed, one claim walks the garbage from the start; the others keep
-    # the floor meanwhile, or every claim in flight pays the whole walk at once.
+    # the gap has passed, one look walks the garbage below the floor; every claim keeps
+    # the floor, or a claim in flight would pay the whole walk.
     from django.db import close_old_connections
 
     monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
     for n in range(5):
         enqueue_job(None, "worker.record", {"n": n})
     assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 0.0)  # a claim from the start is due
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 0.0)  # a look below is due
     claimers = 4
+    looks: list[object] = []
+    real_submit = claimfloor.looker.submit
+
+    def submit(filters: object, look: Any) -> None:
+        looks.append(filters)
+        real_submit(filters, look)
+
+    monkeypatch.setattr(claimfloor.looker, "submit", submit)
     barrier = threading.Barrier(claimers, timeout=30)
     real_start = claimfloor.floors.start
     starts: list[object] = []
@@ -354,32 +363,34 @@ def test_claim__of_claims_at_once_when_one_from_the_start_is_due_only_one_looks_
         thread.join(60)
     assert errors == []
     assert len(starts) == claimers
-    assert sum(key is None for key in starts) == 1
+    assert all(key is not None for key in starts)
+    assert len(looks) == 1
+    assert claimfloor.looker.wait(30)
 
 
-def test_floors__while_a_claim_from_the_start_is_in_flight_the_recheck_waits(
+def test_floors__while_a_look_is_in_flight_the_recheck_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A worker whose short claim kept the floor because another claim of the process
-    # looks from the start now must not claim again at once (a loop until that one
-    # settles): it waits a little, and the one in flight proves the rows.
+    # A worker whose short claim kept the floor while the process's look below it is
+    # under way must not claim again at once (a loop until the look settles): it
+    # waits about the look's time, and the look proves the rows.
     from django.utils import timezone
 
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
     floors = claimfloor.ClaimFloors()
     key = (100, timezone.now(), 7)
     filters = claimfloor.filter_set("a", None, (), ())
     floors.settle(filters, started=None, first=key, took_ms=10.0)  # floor on
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 0.0)  # a claim from the start is due
-    assert floors.start(filters) is None  # this one looks from the start ...
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 0.0)  # a look below is due
     started = floors.start(filters)
-    assert started is not None  # ... the next keeps the floor meanwhile
+    assert started is not None
+    assert floors.due_look(filters) is not None  # this claim sends it
     floors.settle(filters, started=started, first=None, took_ms=0.1, short=True)
     waits_ms = floors.recheck_ms("a")
-    assert waits_ms is not None and waits_ms > 0
+    assert waits_ms is not None and 0 < waits_ms <= 11
 
-    floors.settle(filters, started=None, first=None, took_ms=10.0)  # the one in flight
+    floors.looked(filters, found=None, took_ms=10.0)  # the one in flight
     assert floors.recheck_ms("a") is None
 
 
@@ -399,7 +410,7 @@ def test_worker__runs_every_job_while_queues_pause_and_resume_under_the_floor(
 
     from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.1)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.1)
     total = 120
     jids: list[str] = []
     produced = threading.Event()
@@ -477,7 +488,7 @@ def test_burst__ends_with_every_job_run_while_a_job_type_at_its_limit_changes_th
         below = {"priority": 1} if n % 2 else {"at": timezone.now() - timedelta(hours=1)}
         jids.append(enqueue_job(None, "worker.record", {"n": 100 + n}, **below).jid)
         jids.append(enqueue_job(None, "worker.limited", {"s": 0.05}, **below).jid)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.1)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.1)
     foreman = Foreman(
         ForemanOptions(concurrency=3, burst=True, min_sleep_ms=5, max_sleep_ms=50, ramp_time_ms=0)
     )

@@ -15,18 +15,24 @@ no unlocked waiting due row was below ``k``; a later claim may start its scan th
 dead entry behind it. Rows can appear below ``k`` afterwards only by being written
 there: a job enqueued with a more urgent priority, or with a ``run_at`` in the past,
 or committed by a transaction that took its ``run_at`` before the claim ran. So the
-floor is used only while claims are slow (the last claim from the start took
-:data:`SLOW_CLAIM_MS` or more: the dead entries are there), and only between claims
-from the start: the next one runs :data:`FULL_CLAIM_GAP` times its own duration
-after it, and at most :data:`FULL_CLAIM_EVERY_S` later (one claim of the process at a
-time: the others keep the floor until it settles). A job written below the floor
-waits at most that long, and the claim spends about a tenth of its time walking the
-garbage, however much there is. A claim with a floor keeps the claim's order above
-it. A claim above the floor that came back short proves nothing below it: the
-caller asks :meth:`ClaimFloors.recheck_ms` how long until a claim from the start
-would look there, and sleeps no longer (only the last claim's filters of an alias
-count). A claim that proved its rows without a floor (the limits' claim, a claim of
-paused queues only) says so with :meth:`ClaimFloors.looked_from_start`.
+floor is used only while looking from the start is slow (the last look took
+:data:`SLOW_CLAIM_MS` or more: the dead entries are there), and something looks
+below it regularly: the next look runs :data:`FULL_CLAIM_GAP` times the last one's
+duration after it, and at most :data:`FULL_CLAIM_EVERY_S` later. A look is a read,
+not a claim, made by the process's one :data:`looker` thread on its own
+connection: the claims go on at the floor meanwhile, so the walk over the garbage
+delays no claim (a claim from the start held the worker's claims for the whole
+walk, hundreds of ms at a few hundred thousand dead entries). A look that finds a
+row lowers the floor to it, and the next claim takes it; one that finds none proves
+the rows below, and a fast one turns the floor off (claims start from the start
+again). A job written below the floor waits at most the gap plus a look, and the
+walk costs the database about a tenth of its time, however much garbage there is.
+A claim with a floor keeps the claim's order above it. A claim above the floor that
+came back short proves nothing below it: the caller asks
+:meth:`ClaimFloors.recheck_ms` how long until a look has been there, and sleeps no
+longer (only the last claim's filters of an alias count). A claim that proved its
+rows without a floor (the limits' claim, a claim of paused queues only) says so with
+:meth:`ClaimFloors.looked_from_start`.
 
 One :class:`ClaimFloors` per process (:data:`floors`); each set of claim filters
 (alias, queues, excluded job types and queues) has its own floor, since a claim
@@ -35,37 +41,47 @@ that left rows out by a filter proved nothing about them.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connections
+
 __all__ = [
     "FLOOR_LAG_S",
-    "FULL_CLAIM_EVERY_S",
-    "FULL_CLAIM_GAP",
+    "LOOKER_IDLE_S",
+    "LOOK_EVERY_S",
+    "LOOK_GAP",
     "SLOW_CLAIM_MS",
     "ClaimFloors",
     "Key",
+    "Looker",
     "filter_set",
     "floors",
+    "looker",
 ]
 
-#: A claim from the start of the index that takes this long (ms) or longer turns
-#: the floor on for its filters: above a claim's usual 1 to 3 ms, far below the
-#: hundreds of ms of a scan over a few hundred thousand dead entries.
+#: A claim from the start of the index, or a look below the floor, that takes this
+#: long (ms) or longer turns the floor on for its filters: above a claim's usual 1 to
+#: 3 ms, far below the hundreds of ms of a scan over a few hundred thousand dead
+#: entries.
 SLOW_CLAIM_MS = 5.0
-#: While the floor is on, the next claim from the start runs this many times the
-#: last one's duration after it: the share of the claim's time spent walking dead
-#: entries stays near ``1 / FULL_CLAIM_GAP``.
-FULL_CLAIM_GAP = 10.0
+#: While the floor is on, the next look below it runs this many times the last
+#: one's duration after it: the database spends about ``1 / LOOK_GAP`` of its time
+#: walking dead entries for it.
+LOOK_GAP = 10.0
 #: ... and at the latest this long (s) after it: the longest a job written below
-#: the floor waits for a claim that sees it.
-FULL_CLAIM_EVERY_S = 1.0
+#: the floor waits, besides the look's own time.
+LOOK_EVERY_S = 1.0
+#: A looker thread with nothing to do for this long (s) ends, and its connection
+#: with it; the next look starts another.
+LOOKER_IDLE_S = 5.0
 #: How far below its floor's ``run_at`` a claim with a floor starts (s): a job whose
 #: producer took its ``run_at`` before a claim ran but committed after it is written
 #: just below that claim's first row. Within this margin the next claim sees it;
@@ -76,6 +92,8 @@ FLOOR_LAG_S = 0.1
 MAX_FILTER_SETS = 64
 
 LAG = timedelta(seconds=FLOOR_LAG_S)
+
+logger = logging.getLogger(__name__)
 
 #: (priority, run_at, id) of a job: the claim's order.
 Key = tuple[int, datetime, int]
@@ -92,30 +110,46 @@ def filter_set(
     return (using, tuple(queues or ()), tuple(exclude_queues), frozenset(exclude_types))
 
 
+def _bound(key: Key) -> Key:
+    """Where a claim with its floor at ``key`` starts: its priority, its ``run_at``
+    less :data:`FLOOR_LAG_S`, id 0 (below every row of that instant)."""
+    return (key[0], key[1] - LAG, 0)
+
+
 @dataclass
 class _Floor:
     key: Key | None = None
-    #: The last claim from the start: when (monotonic s), how long it took (ms).
+    #: The last look from the start (a claim with the floor off, or a look below
+    #: it): when (monotonic s), how long it took (ms).
     last_full: float = 0.0
     full_ms: float = 0.0
-    #: A claim above the floor came back short since the last claim from the start.
+    #: A claim above the floor came back short since the last look.
     unproven: bool = False
-    #: When (monotonic s) :meth:`ClaimFloors.start` sent a claim from the start that
-    #: has not settled yet; None: none in flight.
-    full_from: float | None = None
+    #: The last look found nothing below the floor, and no claim came back short
+    #: since: the next short claim above the floor is covered by it (the two
+    #: together looked at every row, as a claim from the start would have).
+    covered: bool = False
+    #: A look found a row below the floor and lowered it there: the next claim is due
+    #: at once (:meth:`ClaimFloors.recheck_ms` says 0) until a claim started there.
+    lowered: bool = False
+    #: When (monotonic s) :meth:`ClaimFloors.due_look` sent a look that has not
+    #: settled yet; None: none in flight.
+    look_from: float | None = None
 
     def gap_s(self) -> float:
-        """Seconds from the last claim from the start to the next one."""
-        return min(FULL_CLAIM_EVERY_S, FULL_CLAIM_GAP * self.full_ms / 1000)
+        """Seconds from the last look to the next one."""
+        return min(LOOK_EVERY_S, LOOK_GAP * self.full_ms / 1000)
 
     def on(self) -> bool:
-        """Whether claims start at the floor: slow claims from the start, and a key."""
+        """Whether claims start at the floor: slow looks from the start, and a key."""
         return self.key is not None and self.full_ms >= SLOW_CLAIM_MS
 
     def in_flight(self, now: float) -> bool:
-        """Whether a claim from the start is under way (sent less than
-        :data:`FULL_CLAIM_EVERY_S` ago: one that failed is not waited for longer)."""
-        return self.full_from is not None and now - self.full_from < FULL_CLAIM_EVERY_S
+        """Whether a look is under way (sent less than :data:`LOOK_EVERY_S` plus its
+        last time ago: one that failed or hangs is not waited for longer)."""
+        return (
+            self.look_from is not None and now - self.look_from < LOOK_EVERY_S + self.full_ms / 1000
+        )
 
 
 class ClaimFloors:
@@ -130,31 +164,59 @@ class ClaimFloors:
     def start(self, filters: Hashable) -> Key | None:
         """Return the key the next claim with ``filters`` may start at; None: the start.
 
-        The key is the floor's priority, its ``run_at`` less :data:`FLOOR_LAG_S`, and
-        id 0: the claim's first row, less a margin for jobs committed late. Once the
-        gap since the last claim from the start has passed, one claim of the process
-        looks from the start; the claims sent while it is under way keep the floor, so
-        claimers of one process (the gateway's claim threads) walk the garbage once
-        a gap, not each at once. Pass the claim on to :meth:`settle`, or to
+        The key is :func:`_bound` of the floor: the claim's first row, less a margin
+        for jobs committed late. Pass the claim on to :meth:`settle`, then ask
+        :meth:`due_look` whether to look below it."""
+        with self._lock:
+            floor = self._floors.get(filters)
+            if floor is None or not floor.on() or floor.key is None:
+                return None
+            return _bound(floor.key)
+
+    def due_look(self, filters: Hashable) -> Key | None:
+        """Return the bound to look below if a look with ``filters`` is due now (the
+        gap since the last one passed, and none under way), and count it under way;
+        None: not due, or the floor is off. Pass the look on to :meth:`looked`, or to
         :meth:`abandon` if it failed."""
         with self._lock:
             floor = self._floors.get(filters)
             if floor is None or not floor.on() or floor.key is None:
                 return None
             now = time.monotonic()
-            if now - floor.last_full >= floor.gap_s() and not floor.in_flight(now):
-                floor.full_from = now  # this claim looks from the start
+            if now - floor.last_full < floor.gap_s() or floor.in_flight(now):
                 return None
-            priority, run_at, _id = floor.key
-            return (priority, run_at - LAG, 0)
+            floor.look_from = now
+            return _bound(floor.key)
 
     def abandon(self, filters: Hashable) -> None:
-        """A claim :meth:`start` sent from the start failed: the next one looks from
-        the start in its place."""
+        """A look :meth:`due_look` sent failed: the next claim sends another."""
         with self._lock:
             floor = self._floors.get(filters)
             if floor is not None:
-                floor.full_from = None
+                floor.look_from = None
+
+    def looked(self, filters: Hashable, *, found: Key | None, took_ms: float) -> None:
+        """Record a look below the floor: the first waiting due row it found there
+        (None: none), and its time (ms).
+
+        A row found lowers the floor to it: the next claim starts there and takes it.
+        None proves the rows below the floor, as a claim from the start would. Its
+        time says whether the floor stays on and when the next look is due.
+        """
+        with self._lock:
+            floor = self._floors.get(filters)
+            if floor is None:
+                return
+            floor.last_full = time.monotonic()
+            floor.full_ms = took_ms
+            floor.look_from = None
+            if found is None:
+                floor.unproven = False
+                floor.covered = True
+            elif floor.key is None or found < floor.key:
+                floor.key = found
+                floor.lowered = floor.unproven = True
+                floor.covered = False
 
     def settle(
         self,
@@ -168,11 +230,13 @@ class ClaimFloors:
         """Record a claim: where it started, the key of its first row, its time (ms).
 
         ``started`` None: it scanned from the start, so its time says whether dead
-        entries slow the claim (floor on) or not (off), and how soon the next claim
-        from the start runs. ``first`` None: it claimed nothing, and the floor stays
-        where it was (still no live row below it). ``short``: it took fewer jobs than
-        it asked for; above a floor that leaves the rows below unproven
-        (:meth:`recheck_ms`).
+        entries slow the claim (floor on) or not (off), and how soon the next look
+        below runs. ``first`` None: it claimed nothing, and the floor stays where it
+        was (still no live row below it). ``short``: it took fewer jobs than it
+        asked for; above a floor that leaves the rows below unproven
+        (:meth:`recheck_ms`). A claim that started above the floor as it is now (a
+        look lowered it meanwhile) proves nothing about the rows between: the floor
+        stays.
         """
         with self._lock:
             floor = self._floors.get(filters)
@@ -188,17 +252,23 @@ class ClaimFloors:
             if started is None:
                 floor.last_full = now
                 floor.full_ms = took_ms
-                floor.unproven = False
-                floor.full_from = None
-            elif short:
-                floor.unproven = True
+                floor.unproven = floor.lowered = floor.covered = False
+            else:
+                if floor.key is not None and started > floor.key:
+                    return  # a look lowered the floor below where this claim started
+                floor.lowered = False
+                if short and floor.covered:
+                    floor.covered = False  # the look before it saw below the floor
+                elif short:
+                    floor.unproven = True
             if first is not None:
                 floor.key = first
 
     def recheck_ms(self, using: str) -> int | None:
-        """Return ms until a claim from the start looks below the floor that the last
-        claim on ``using`` started at, if it came back short (0: the next claim does);
-        None: the last claim looked from the start, or was not short.
+        """Return ms until a look has been below the floor that the last claim on
+        ``using`` started at, if it came back short (0: the next claim may find rows
+        a look found there); None: the last claim looked from the start, or was not
+        short.
 
         A worker that found nothing sleeps no longer than this (a job written below
         the floor would otherwise wait out its whole idle sleep), and a ``--burst``
@@ -212,17 +282,17 @@ class ClaimFloors:
             floor = self._floors.get(last) if last is not None else None
             if floor is None or not floor.unproven:
                 return None
-            soonest = self._due_in(floor, now)
+            soonest = 0.0 if floor.lowered else self._due_in(floor, now)
         return math.ceil(soonest * 1000) if soonest > 0 else 0
 
     @staticmethod
     def _due_in(floor: _Floor, now: float) -> float:
-        """Seconds until a claim with ``floor``'s filters would look from the start;
-        while one that does is under way, about its time (it proves the rows)."""
-        due_in = floor.last_full + floor.gap_s() - now
-        if due_in <= 0 and floor.in_flight(now):
-            return max(floor.full_ms / 1000, 0.001)
-        return max(0.0, due_in)
+        """Seconds until a claim with ``floor``'s filters should run again: the end of
+        a look under way (about the last one's time), else the next look's due time
+        (0: the next claim sends it)."""
+        if floor.look_from is not None and floor.in_flight(now):
+            return max(0.001, floor.look_from + floor.full_ms / 1000 - now)
+        return max(0.0, floor.last_full + floor.gap_s() - now)
 
     def looked_from_start(self, filters: Hashable) -> None:
         """Record a claim with ``filters`` that proved every row it could take without
@@ -234,7 +304,7 @@ class ClaimFloors:
                 self._last[filters[0]] = filters
             floor = self._floors.get(filters)
             if floor is not None:
-                floor.unproven = False
+                floor.unproven = floor.lowered = floor.covered = False
 
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
@@ -243,5 +313,70 @@ class ClaimFloors:
             self._last.clear()
 
 
+class Looker:
+    """The process's one thread that looks below claim floors, on its own connection.
+
+    A look is a callable that runs one read and reports to :data:`floors`
+    (:func:`django_jobqueue.storage_sql.claim_rows` makes them). At most one look per
+    filter set waits; a newer one replaces it. The thread starts with the first look
+    and ends after :data:`LOOKER_IDLE_S` with none; it closes its database
+    connections after each look, so it holds none between looks (a dropped test
+    database, a pooler's limits).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending: OrderedDict[Hashable, Callable[[], None]] = OrderedDict()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, filters: Hashable, look: Callable[[], None]) -> None:
+        """Run ``look`` in the looker thread, soon."""
+        with self._cond:
+            self._pending[filters] = look
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="jobqueue-claim-looker", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait until no look is waiting or running (at most ``timeout_s`` s); return
+        whether none is."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._pending or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+            return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                idle_until = time.monotonic() + LOOKER_IDLE_S
+                while not self._pending:
+                    left = idle_until - time.monotonic()
+                    if left <= 0:
+                        self._thread = None
+                        return
+                    self._cond.wait(left)
+                _filters, look = self._pending.popitem(last=False)
+                self._busy = True
+            try:
+                look()
+            except Exception:  # noqa: BLE001 - the look reports its own failure
+                logger.warning("looking below a claim floor failed", exc_info=True)
+            finally:
+                connections.close_all()  # this thread's connections only
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+
 #: The process's floors, used by :func:`django_jobqueue.storage_sql.claim_rows`.
 floors = ClaimFloors()
+#: The process's looker thread, fed by :func:`django_jobqueue.storage_sql.claim_rows`.
+looker = Looker()

@@ -131,8 +131,8 @@ class ForemanSlots:
                 if throttled_ms is not None:
                     sleep_ms = min(sleep_ms, throttled_ms)
                 # A claim that started at its floor and came back short proved
-                # nothing below it (docs/horizon.md): sleep only until a claim from
-                # the start looks there; a --burst run ends only after one did.
+                # nothing below it (docs/horizon.md): sleep only until a look below
+                # the floor has been there; a --burst run ends only after one did.
                 recheck_ms = storage.claim_recheck_ms(self.using)
                 if recheck_ms is not None:
                     sleep_ms = min(sleep_ms, recheck_ms)

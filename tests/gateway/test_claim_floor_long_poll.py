@@ -28,8 +28,8 @@ def test_long_poll__a_job_written_below_the_floor_reaches_the_waiting_claim(
     make_token, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_GAP", 1e12)
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
     api = Api(make_token())
     enqueue_job("gw", "gw.echo", {"n": 1})
     first = api.post(CLAIM, {"queues": ["gw"], "wait_ms": 0}).json()["jobs"]
@@ -49,7 +49,7 @@ def test_long_poll__a_job_written_below_the_floor_reaches_the_waiting_claim(
     time.sleep(0.5)  # it waits (its first claim, above the floor, found nothing)
     urgent = enqueue_job("gw", "gw.echo", {"n": 2}, priority=1)  # below the floor
     time.sleep(0.3)  # woken, it claimed above the floor again and missed it
-    monkeypatch.setattr(claimfloor, "FULL_CLAIM_EVERY_S", 0.5)
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.5)
     thread.join(60)
     assert not thread.is_alive()
     ((jobs, waited_s),) = got
