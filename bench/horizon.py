@@ -505,6 +505,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     phases = [
         Phase(name, seconds * args.scale, share * capacity, extra)
         for name, seconds, share, extra in PHASES
+        if not args.phases or name in args.phases.split(",")
     ]
     log = (Path(args.log) if args.log else Path(f"/tmp/{NAME}-horizon.log")).open("w")  # noqa: S108
     worker = subprocess.Popen(  # noqa: S603
@@ -708,6 +709,8 @@ def print_table(result: dict[str, Any]) -> None:
             f"{waits}{extra}"
         )
     by = {row["phase"]: row for row in result["phases"]}
+    if not {"clean", "held_xmin", "overload", "recovery"} <= by.keys():
+        return  # some phases only (--phases): no targets
     clean, held, over = by["clean"], by["held_xmin"], by["overload"]
     if clean["p99_ms"] and held["p99_ms"] is not None:
         print(
@@ -754,6 +757,11 @@ def main() -> None:
         type=int,
         default=0,
         help="PostgreSQL: jobs written and ended at once when the snapshot is held (0)",
+    )
+    parser.add_argument(
+        "--phases",
+        default="",
+        help="comma-separated names of the phases to run, in their order (all)",
     )
     parser.add_argument("--log", default="", help="runworkers' output file")
     parser.add_argument("--json", default="", help="also write the figures to this file")
