@@ -11,6 +11,8 @@ The thresholds are set by the tests, never timed.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -183,6 +185,32 @@ def test_floors__remember_a_bounded_number_of_filter_sets() -> None:
     assert floors.start(("default", ("q0",))) is None  # the oldest went
     assert floors.start(("default", (f"q{claimfloor.MAX_FILTER_SETS + 4}",))) == _floor(key)
     assert len(floors._floors) == claimfloor.MAX_FILTER_SETS
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_looker__a_forked_child_runs_its_own_looks() -> None:
+    # runworkers --processes forks: the parent's looker thread (here busy with a look
+    # that waits) is not in the child, whose looks must run all the same.
+    release = threading.Event()
+    looker = claimfloor.looker
+    looker.submit("parent", release.wait)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its look ran
+        ran = threading.Event()
+        looker.submit("child", ran.set)
+        os._exit(0 if looker.wait(10) and ran.is_set() else 1)
+    try:
+        deadline = time.monotonic() + 30
+        while (waited := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+            if time.monotonic() > deadline:  # hung: on a lock the fork copied held
+                os.kill(pid, signal.SIGKILL)
+                waited = os.waitpid(pid, 0)
+                break
+            time.sleep(0.05)
+    finally:
+        release.set()
+    assert os.waitstatus_to_exitcode(waited[1]) == 0
+    assert looker.wait(10)
 
 
 # PostgreSQL: claims start at the floor ----------------------------------------------

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -312,6 +313,12 @@ class ClaimFloors:
             self._floors.clear()
             self._last.clear()
 
+    def after_fork(self) -> None:
+        """In a forked child: no floor (its looks were the parent's), a new lock."""
+        self._lock = threading.Lock()
+        self._floors = OrderedDict()
+        self._last = {}
+
 
 class Looker:
     """The process's one thread that looks below claim floors, on its own connection.
@@ -353,6 +360,14 @@ class Looker:
                 self._cond.wait(min(left, 0.05))
             return True
 
+    def after_fork(self) -> None:
+        """In a forked child (``runworkers --processes``): the parent's thread did not
+        survive the fork, nor its looks; the child's first look starts its own."""
+        self._cond = threading.Condition()
+        self._pending = OrderedDict()
+        self._busy = False
+        self._thread = None
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -380,3 +395,7 @@ class Looker:
 floors = ClaimFloors()
 #: The process's looker thread, fed by :func:`django_jobqueue.storage_sql.claim_rows`.
 looker = Looker()
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=floors.after_fork)
+    os.register_at_fork(after_in_child=looker.after_fork)
