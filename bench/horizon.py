@@ -33,7 +33,8 @@ readers        120    4 sessions scan the job table in REPEATABLE READ
 overload       120    1.5 x the measured drain rate is offered
 =============  =====  =========================================================
 
-``--scale`` multiplies every duration (0.1 for development). ``--garbage N``
+``--scale`` multiplies every duration (0.1 for development); ``--phases clean,overload``
+runs those phases only, in their order (no targets are printed then). ``--garbage N``
 (PostgreSQL) writes N jobs as soon as the snapshot is held, waiting and then ended
 in one transaction: each leaves a dead entry in the claim indexes that the held
 snapshot keeps, as N jobs run under it would, without running them; with a low
