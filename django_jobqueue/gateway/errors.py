@@ -188,7 +188,8 @@ def install_handlers(api: NinjaAPI) -> None:
         if isinstance(cause, GatewayError):  # raised by the body parser
             return respond(api, request, cause)
         if isinstance(exc, AuthenticationError):
-            return respond(api, request, unauthorized("Give a valid token: Authorization: Bearer"))
+            detail = "Give a token: Authorization: Bearer jqt_..."
+            return respond(api, request, unauthorized(detail))
         code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
         return respond(
             api, request, GatewayError(code.get(exc.status_code, "bad_request"), str(exc))

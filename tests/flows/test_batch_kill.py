@@ -42,9 +42,9 @@ def leased_to(owner: str) -> list[int]:
     """Primary keys of the jobs running under a lease of the worker process whose names
     start ``owner`` (``host:pid:``)."""
     return list(
-        Job.objects.filter(
-            status=JobStatus.PROCESSING, lease_owner__startswith=owner
-        ).values_list("pk", flat=True)
+        Job.objects.filter(status=JobStatus.PROCESSING, lease_owner__startswith=owner).values_list(
+            "pk", flat=True
+        )
     )
 
 

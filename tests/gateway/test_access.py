@@ -21,6 +21,8 @@ def test_no_token_is_401(client_for):
     assert response.status_code == 401
     assert response.json()["error"] == "unauthorized"
     assert response["WWW-Authenticate"] == "Bearer"
+    # The detail shows the header to send whole, not cut off after "Bearer".
+    assert response.json()["detail"] == "Give a token: Authorization: Bearer jqt_..."
 
 
 @pytest.mark.parametrize(
