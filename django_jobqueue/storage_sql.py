@@ -250,7 +250,7 @@ def _look_below(
         raise
     took_ms = (time.perf_counter() - began) * 1000
     found = (row[0], row[1], row[2]) if row is not None else None
-    claimfloor.floors.looked(filter_set, found=found, took_ms=took_ms)
+    claimfloor.floors.looked(filter_set, below=below, found=found, took_ms=took_ms)
 
 
 def claim_statement(

@@ -390,7 +390,7 @@ def test_floors__while_a_look_is_in_flight_the_recheck_waits(
     waits_ms = floors.recheck_ms("a")
     assert waits_ms is not None and 0 < waits_ms <= 11
 
-    floors.looked(filters, found=None, took_ms=10.0)  # the one in flight
+    floors.looked(filters, below=started, found=None, took_ms=10.0)  # the one in flight
     assert floors.recheck_ms("a") is None
 
 
@@ -504,3 +504,69 @@ def test_burst__ends_with_every_job_run_while_a_job_type_at_its_limit_changes_th
     assert foreman.stats.get("done") == len(jids)
     assert not Job.objects.filter(waiting=True).exists()
     assert Job.objects.filter(status=JobStatus.DONE).count() == len(jids)
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_look__below_an_old_floor_proves_nothing_above_it_once_claims_moved_the_floor_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A look runs below the floor as it was when it was sent. While it waits (the
+    # process's looker is busy) or runs, claims move the floor up past a row written
+    # between the old floor and the new one: the look that found nothing below the
+    # old floor must not leave the rows below the new one proven, or a burst ends
+    # and an idle worker sleeps its whole sleep with that row waiting.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = timezone.now() - timedelta(hours=1)
+    enqueue_job(None, "worker.record", {"n": 0}, at=old)
+    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on, an hour ago
+    release = threading.Event()
+    claimfloor.looker.submit("busy", lambda: release.wait(30))  # the looker busy elsewhere
+    try:
+        monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)  # a look below is due
+        assert storage.claim("default", owner="w", limit=5) == []  # short: sends it
+        monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+        above = enqueue_job(None, "worker.record", {"n": 1})
+        assert [job.jid for job in storage.claim("default", owner="w", limit=1)] == [above.jid]
+        between = enqueue_job(None, "worker.record", {"n": 2}, at=old + timedelta(minutes=30))
+    finally:
+        release.set()
+    assert claimfloor.looker.wait(30)  # the look below the old floor: nothing there
+
+    assert storage.claim("default", owner="w", limit=5) == []  # above the new floor
+    assert storage.claim_recheck_ms("default") is not None  # the row between is unproven
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)  # the next look, below the new floor
+    assert storage.claim("default", owner="w", limit=5) == []
+    assert claimfloor.looker.wait(30)
+    assert [job.jid for job in storage.claim("default", owner="w", limit=5)] == [between.jid]
+
+
+
+def test_floors__a_look_covers_a_short_claim_only_from_where_it_looked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A look found nothing below the floor; a full claim then moved the floor up, and
+    # a row was written between the two. The next short claim, above the new floor,
+    # is not covered by the look: the rows between are unproven.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
+    floors = claimfloor.ClaimFloors()
+    filters = claimfloor.filter_set("a", None, (), ())
+    key = (100, timezone.now(), 7)
+    later = (100, key[1] + timedelta(seconds=5), 9)
+    floors.settle(filters, started=None, first=key, took_ms=10.0)  # floor on
+    started = floors.start(filters)
+    assert started is not None
+    floors.looked(filters, below=started, found=None, took_ms=10.0)
+    floors.settle(filters, started=started, first=later, took_ms=0.1)  # full: floor up
+    floors.settle(filters, started=floors.start(filters), first=None, took_ms=0.1, short=True)
+
+    assert floors.recheck_ms("a") is not None

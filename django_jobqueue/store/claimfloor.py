@@ -126,10 +126,12 @@ class _Floor:
     full_ms: float = 0.0
     #: A claim above the floor came back short since the last look.
     unproven: bool = False
-    #: The last look found nothing below the floor, and no claim came back short
-    #: since: the next short claim above the floor is covered by it (the two
-    #: together looked at every row, as a claim from the start would have).
-    covered: bool = False
+    #: The bound the last look found nothing below, while no claim came back short
+    #: since (None: none such): the next short claim that started at or below it is
+    #: covered by it (the two together looked at every row, as a claim from the
+    #: start would have). One that started above it, at a floor claims moved up
+    #: since, skipped the rows between.
+    covered: Key | None = None
     #: A look found a row below the floor and lowered it there: the next claim is due
     #: at once (:meth:`ClaimFloors.recheck_ms` says 0) until a claim started there.
     lowered: bool = False
@@ -196,13 +198,19 @@ class ClaimFloors:
             if floor is not None:
                 floor.look_from = None
 
-    def looked(self, filters: Hashable, *, found: Key | None, took_ms: float) -> None:
-        """Record a look below the floor: the first waiting due row it found there
-        (None: none), and its time (ms).
+    def looked(
+        self, filters: Hashable, *, below: Key, found: Key | None, took_ms: float
+    ) -> None:
+        """Record a look below the floor: the bound it looked below (what
+        :meth:`due_look` returned), the first waiting due row it found there (None:
+        none), and its time (ms).
 
         A row found lowers the floor to it: the next claim starts there and takes it.
-        None proves the rows below the floor, as a claim from the start would. Its
-        time says whether the floor stays on and when the next look is due.
+        None proves the rows below the floor, as a claim from the start would, if the
+        floor is still at ``below`` or lower; claims that moved it up while the look
+        waited or ran passed rows between that were written after them, so those
+        stay unproven until the next look. Its time says whether the floor stays on
+        and when the next look is due.
         """
         with self._lock:
             floor = self._floors.get(filters)
@@ -212,12 +220,14 @@ class ClaimFloors:
             floor.full_ms = took_ms
             floor.look_from = None
             if found is None:
-                floor.unproven = False
-                floor.covered = True
+                floor.covered = None
+                if floor.key is None or _bound(floor.key) <= below:
+                    floor.unproven = False
+                    floor.covered = below
             elif floor.key is None or found < floor.key:
                 floor.key = found
                 floor.lowered = floor.unproven = True
-                floor.covered = False
+                floor.covered = None
 
     def settle(
         self,
@@ -253,15 +263,17 @@ class ClaimFloors:
             if started is None:
                 floor.last_full = now
                 floor.full_ms = took_ms
-                floor.unproven = floor.lowered = floor.covered = False
+                floor.unproven = floor.lowered = False
+                floor.covered = None
             else:
                 if floor.key is not None and started > floor.key:
                     return  # a look lowered the floor below where this claim started
                 floor.lowered = False
-                if short and floor.covered:
-                    floor.covered = False  # the look before it saw below the floor
+                if short and floor.covered is not None and started <= floor.covered:
+                    floor.covered = None  # the look before it saw below where it started
                 elif short:
                     floor.unproven = True
+                    floor.covered = None
             if first is not None:
                 floor.key = first
 
@@ -305,7 +317,8 @@ class ClaimFloors:
                 self._last[filters[0]] = filters
             floor = self._floors.get(filters)
             if floor is not None:
-                floor.unproven = floor.lowered = floor.covered = False
+                floor.unproven = floor.lowered = False
+                floor.covered = None
 
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
