@@ -356,11 +356,18 @@ def test_claim__of_claims_at_once_when_a_look_is_due_one_sends_it_and_all_keep_t
         finally:
             close_old_connections()
 
+    # The look stays in flight until every claim settled: one back at once would be
+    # due again (LOOK_GAP 0) for the claims settling after it.
+    release = threading.Event()
+    real_submit("busy", lambda: release.wait(30))
     threads = [threading.Thread(target=claim) for _ in range(claimers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        release.set()
     assert errors == []
     assert len(starts) == claimers
     assert all(key is not None for key in starts)
