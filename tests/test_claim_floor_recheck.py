@@ -552,6 +552,45 @@ def test_look__below_an_old_floor_proves_nothing_above_it_once_claims_moved_the_
     assert [job.jid for job in storage.claim("default", owner="w", limit=5)] == [between.jid]
 
 
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_idle_worker__does_not_claim_in_a_loop_while_a_look_is_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The look a short claim sent waits behind another in the process's one looker
+    # thread (or its walk is slower than the last one's): past the last look's time
+    # the idle worker polls for it, at a modest pace, not every millisecond.
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    urgent = floor_with_a_job_below()
+    release = threading.Event()
+    claimfloor.looker.submit("busy", lambda: release.wait(30))  # the looker busy elsewhere
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 2.0)
+    floor = claimfloor.floors._floors[claimfloor.filter_set("default", None, (), ())]
+    floor.last_full -= 10  # a look below the floor is due: the worker's first claim sends it
+    foreman = Foreman(
+        ForemanOptions(concurrency=1, min_sleep_ms=60_000, max_sleep_ms=60_000, ramp_time_ms=0)
+    )
+    thread = threading.Thread(target=foreman.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        time.sleep(1.5)  # the look is late all along (within LOOK_EVERY_S)
+        claims = foreman.claims
+        release.set()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if Job.objects.filter(jid=urgent.jid, status=JobStatus.DONE).exists():
+                break
+            time.sleep(0.05)
+        assert Job.objects.get(jid=urgent.jid).status == JobStatus.DONE
+    finally:
+        release.set()
+        foreman.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert claims < 60, f"{claims} claims in 1.5 s while the look was late"
+
 
 def test_floors__a_look_covers_a_short_claim_only_from_where_it_looked(
     monkeypatch: pytest.MonkeyPatch,

@@ -56,6 +56,7 @@ from django.db import connections
 
 __all__ = [
     "FLOOR_LAG_S",
+    "LATE_LOOK_POLL_S",
     "LOOKER_IDLE_S",
     "LOOK_EVERY_S",
     "LOOK_GAP",
@@ -89,6 +90,10 @@ LOOKER_IDLE_S = 5.0
 #: further below, it waits for the claim from the start. The margin costs each claim
 #: the dead entries of this many seconds of claims, not of all of them.
 FLOOR_LAG_S = 0.1
+#: While a look is later than the last one's time (it waits behind another filter
+#: set's look in the looker thread, or the walk grew), a worker whose short claim
+#: waits for it claims again at most this often (s), not every millisecond.
+LATE_LOOK_POLL_S = 0.05
 #: Filter sets remembered per process (least recently used dropped first).
 MAX_FILTER_SETS = 64
 
@@ -301,10 +306,16 @@ class ClaimFloors:
     @staticmethod
     def _due_in(floor: _Floor, now: float) -> float:
         """Seconds until a claim with ``floor``'s filters should run again: the end of
-        a look under way (about the last one's time), else the next look's due time
-        (0: the next claim sends it)."""
+        a look under way (about the last one's time; past it, every
+        :data:`LATE_LOOK_POLL_S` or the last look's time, whichever is longer, until
+        the look is given up on), else the next look's due time (0: the next claim
+        sends it)."""
         if floor.look_from is not None and floor.in_flight(now):
-            return max(0.001, floor.look_from + floor.full_ms / 1000 - now)
+            back = floor.look_from + floor.full_ms / 1000 - now
+            if back > 0:
+                return back
+            given_up = floor.look_from + LOOK_EVERY_S + floor.full_ms / 1000 - now
+            return max(0.001, min(given_up, max(LATE_LOOK_POLL_S, floor.full_ms / 1000)))
         return max(0.0, floor.last_full + floor.gap_s() - now)
 
     def looked_from_start(self, filters: Hashable) -> None:
