@@ -330,9 +330,9 @@ def test_claim__of_claims_at_once_when_a_look_is_due_one_sends_it_and_all_keep_t
     looks: list[object] = []
     real_submit = claimfloor.looker.submit
 
-    def submit(filters: object, look: Any) -> None:
+    def submit(filters: object, look: Any) -> bool:
         looks.append(filters)
-        real_submit(filters, look)
+        return real_submit(filters, look)
 
     monkeypatch.setattr(claimfloor.looker, "submit", submit)
     barrier = threading.Barrier(claimers, timeout=30)
@@ -616,3 +616,30 @@ def test_floors__a_look_covers_a_short_claim_only_from_where_it_looked(
     floors.settle(filters, started=floors.start(filters), first=None, took_ms=0.1, short=True)
 
     assert floors.recheck_ms("a") is not None
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_claim__when_no_looker_thread_can_start_returns_its_jobs_and_looks_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The process cannot start a thread (a container's pids limit, memory) when a claim
+    # sends a look: the claim's rows are committed, so the claim returns them; and a
+    # later claim sends the look again once a thread can start.
+    urgent = floor_with_a_job_below()
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)  # a look below is due
+    old = threading.stack_size(1 << 40)  # no thread starts: its stack cannot be mapped
+    try:
+        claimed = storage.claim("default", owner="w", limit=1)  # sends the look
+    finally:
+        threading.stack_size(old)
+    assert len(claimed) == 1 and claimed[0].jid != urgent.jid  # the job above the floor
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert claimfloor.looker.wait(5)
+        jobs = storage.claim("default", owner="w", limit=5)
+        if jobs:
+            break
+    assert [job.jid for job in jobs] == [urgent.jid]

@@ -361,16 +361,29 @@ class Looker:
         self._busy = False
         self._thread: threading.Thread | None = None
 
-    def submit(self, filters: Hashable, look: Callable[[], None]) -> None:
-        """Run ``look`` in the looker thread, soon."""
+    def submit(self, filters: Hashable, look: Callable[[], None]) -> bool:
+        """Run ``look`` in the looker thread, soon; return False if it will not run: no
+        thread could start (the process's limits reached, logged), and the caller
+        abandons the look (:meth:`ClaimFloors.abandon`) for the next claim to send.
+        The next look tries to start the thread again."""
         with self._cond:
-            self._pending[filters] = look
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, name="jobqueue-claim-looker", daemon=True
                 )
-                self._thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:  # "can't start new thread"
+                    logger.warning(
+                        "could not start the thread that looks below claim floors; "
+                        "the next look tries again",
+                        exc_info=True,
+                    )
+                    return False
+                self._thread = thread
+            self._pending[filters] = look
             self._cond.notify()
+            return True
 
     def wait(self, timeout_s: float) -> bool:
         """Wait until no look is waiting or running (at most ``timeout_s`` s); return
