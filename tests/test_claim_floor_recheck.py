@@ -643,3 +643,35 @@ def test_claim__when_no_looker_thread_can_start_returns_its_jobs_and_looks_later
         if jobs:
             break
     assert [job.jid for job in jobs] == [urgent.jid]
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("slow_claims")
+def test_recheck__a_look_long_ago_does_not_cover_a_claim_after_its_filters_came_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A look found nothing below the floor; then the worker's filters changed (a queue
+    # paused: every claim leaves it out) and an urgent job was written below that
+    # floor. When the filters come back (the resume), the first short claim at the old
+    # floor is not covered by the look from before: the job must not wait for a
+    # wake-up that may never come.
+    floor_on()
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)  # a look below is due
+    assert storage.claim("default", owner="w", limit=5) == []  # short: sends it
+    assert claimfloor.looker.wait(30)  # nothing below the floor
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    pause_queue("default", "other")
+    pauses.clear_cache()
+    assert storage.claim("default", owner="w", limit=5) == []  # other filters: its own floor
+    time.sleep(0.5)
+    urgent = enqueue_job(None, "worker.record", {"n": 2}, priority=1)  # below the first floor
+    resume_queue("default", "other")
+    pauses.clear_cache()
+
+    assert storage.claim("default", owner="w", limit=5) == []  # at the first floor: missed
+    assert storage.claim_recheck_ms("default") is not None  # so the worker claims again
+    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)
+    assert storage.claim("default", owner="w", limit=5) == []  # sends the look
+    assert claimfloor.looker.wait(30)
+    assert [job.jid for job in storage.claim("default", owner="w", limit=5)] == [urgent.jid]

@@ -137,6 +137,12 @@ class _Floor:
     #: start would have). One that started above it, at a floor claims moved up
     #: since, skipped the rows between.
     covered: Key | None = None
+    #: When (monotonic s) that cover ends: the claim it covers is the one a worker
+    #: waiting for the look makes when it is back (:meth:`ClaimFloors.recheck_ms`),
+    #: within a poll of it. A later short claim (the filters were away, a wake-up for
+    #: a job written below the floor since) is not covered: rows below the floor
+    #: written after the look are unproven.
+    covered_until: float = 0.0
     #: A look found a row below the floor and lowered it there: the next claim is due
     #: at once (:meth:`ClaimFloors.recheck_ms` says 0) until a claim started there.
     lowered: bool = False
@@ -229,6 +235,9 @@ class ClaimFloors:
                 if floor.key is None or _bound(floor.key) <= below:
                     floor.unproven = False
                     floor.covered = below
+                    floor.covered_until = floor.last_full + 2 * max(
+                        LATE_LOOK_POLL_S, took_ms / 1000
+                    )
             elif floor.key is None or found < floor.key:
                 floor.key = found
                 floor.lowered = floor.unproven = True
@@ -274,7 +283,12 @@ class ClaimFloors:
                 if floor.key is not None and started > floor.key:
                     return  # a look lowered the floor below where this claim started
                 floor.lowered = False
-                if short and floor.covered is not None and started <= floor.covered:
+                if (
+                    short
+                    and floor.covered is not None
+                    and started <= floor.covered
+                    and now < floor.covered_until
+                ):
                     floor.covered = None  # the look before it saw below where it started
                 elif short:
                     floor.unproven = True
