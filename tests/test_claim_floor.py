@@ -138,9 +138,7 @@ def test_floors__a_look_that_finds_a_row_lowers_the_floor_to_it(
     floors.settle(FILTERS, started=_floor(key), first=None, took_ms=0.1, short=True)
     assert floors.due_look(FILTERS) == _floor(key)
     below = (1, key[1] - timedelta(hours=1), 3)
-    floors.looked(
-        FILTERS, below=_floor(key), found=below, took_ms=claimfloor.SLOW_CLAIM_MS
-    )
+    floors.looked(FILTERS, below=_floor(key), found=below, took_ms=claimfloor.SLOW_CLAIM_MS)
 
     assert floors.start(FILTERS) == _floor(below)
     assert floors.recheck_ms("default") == 0  # claim again now: a row waits there

@@ -209,9 +209,7 @@ class ClaimFloors:
             if floor is not None:
                 floor.look_from = None
 
-    def looked(
-        self, filters: Hashable, *, below: Key, found: Key | None, took_ms: float
-    ) -> None:
+    def looked(self, filters: Hashable, *, below: Key, found: Key | None, took_ms: float) -> None:
         """Record a look below the floor: the bound it looked below (what
         :meth:`due_look` returned), the first waiting due row it found there (None:
         none), and its time (ms).
