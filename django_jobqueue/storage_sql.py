@@ -211,11 +211,13 @@ def claim_rows(
         )
         below = claimfloor.floors.due_look(filter_set)
         if below is not None:
-            # The walk over the dead entries below the floor, off this claim's way.
-            claimfloor.looker.submit(
+            # The walk over the dead entries below the floor, off this claim's way. Its
+            # rows are committed: a look that cannot be sent fails no claim.
+            if not claimfloor.looker.submit(
                 filter_set,
                 functools.partial(_look_below, using, filter_set, due_filters, due_params, below),
-            )
+            ):
+                claimfloor.floors.abandon(filter_set)  # the next claim sends it again
     return jobs
 
 
@@ -250,7 +252,7 @@ def _look_below(
         raise
     took_ms = (time.perf_counter() - began) * 1000
     found = (row[0], row[1], row[2]) if row is not None else None
-    claimfloor.floors.looked(filter_set, found=found, took_ms=took_ms)
+    claimfloor.floors.looked(filter_set, below=below, found=found, took_ms=took_ms)
 
 
 def claim_statement(

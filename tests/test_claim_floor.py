@@ -83,7 +83,7 @@ def test_floors__on_after_a_slow_claim_from_the_start_off_after_a_fast_one(
     monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 0.0)
     assert floors.due_look(FILTERS) == _floor(later)  # a look below the floor is due
     assert floors.start(FILTERS) == _floor(later)  # the claims keep the floor meanwhile
-    floors.looked(FILTERS, found=None, took_ms=0.1)
+    floors.looked(FILTERS, below=_floor(later), found=None, took_ms=0.1)
     # Longer than any uptime: the test never depends on how long ago the machine booted.
     monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
     assert floors.start(FILTERS) is None  # that look was fast: off
@@ -116,7 +116,7 @@ def test_floors__the_next_look_comes_gap_times_the_last_ones_time_later(
     assert floors.due_look(FILTERS) is None  # one at a time
     waits_ms = floors.recheck_ms("default")  # until the look is back, about its time
     assert waits_ms is not None and 0 < waits_ms <= took_ms + 1
-    floors.looked(FILTERS, found=None, took_ms=took_ms)
+    floors.looked(FILTERS, below=_floor(key), found=None, took_ms=took_ms)
     assert floors.recheck_ms("default") is None  # it found nothing: proven again
     # The next short claim above the floor is covered by that look; the one after is not.
     floors.settle(FILTERS, started=_floor(key), first=None, took_ms=0.1, short=True)
@@ -138,7 +138,7 @@ def test_floors__a_look_that_finds_a_row_lowers_the_floor_to_it(
     floors.settle(FILTERS, started=_floor(key), first=None, took_ms=0.1, short=True)
     assert floors.due_look(FILTERS) == _floor(key)
     below = (1, key[1] - timedelta(hours=1), 3)
-    floors.looked(FILTERS, found=below, took_ms=claimfloor.SLOW_CLAIM_MS)
+    floors.looked(FILTERS, below=_floor(key), found=below, took_ms=claimfloor.SLOW_CLAIM_MS)
 
     assert floors.start(FILTERS) == _floor(below)
     assert floors.recheck_ms("default") == 0  # claim again now: a row waits there

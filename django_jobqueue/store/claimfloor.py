@@ -56,6 +56,7 @@ from django.db import connections
 
 __all__ = [
     "FLOOR_LAG_S",
+    "LATE_LOOK_POLL_S",
     "LOOKER_IDLE_S",
     "LOOK_EVERY_S",
     "LOOK_GAP",
@@ -89,6 +90,10 @@ LOOKER_IDLE_S = 5.0
 #: further below, it waits for the claim from the start. The margin costs each claim
 #: the dead entries of this many seconds of claims, not of all of them.
 FLOOR_LAG_S = 0.1
+#: While a look is later than the last one's time (it waits behind another filter
+#: set's look in the looker thread, or the walk grew), a worker whose short claim
+#: waits for it claims again at most this often (s), not every millisecond.
+LATE_LOOK_POLL_S = 0.05
 #: Filter sets remembered per process (least recently used dropped first).
 MAX_FILTER_SETS = 64
 
@@ -126,10 +131,18 @@ class _Floor:
     full_ms: float = 0.0
     #: A claim above the floor came back short since the last look.
     unproven: bool = False
-    #: The last look found nothing below the floor, and no claim came back short
-    #: since: the next short claim above the floor is covered by it (the two
-    #: together looked at every row, as a claim from the start would have).
-    covered: bool = False
+    #: The bound the last look found nothing below, while no claim came back short
+    #: since (None: none such): the next short claim that started at or below it is
+    #: covered by it (the two together looked at every row, as a claim from the
+    #: start would have). One that started above it, at a floor claims moved up
+    #: since, skipped the rows between.
+    covered: Key | None = None
+    #: When (monotonic s) that cover ends: the claim it covers is the one a worker
+    #: waiting for the look makes when it is back (:meth:`ClaimFloors.recheck_ms`),
+    #: within a poll of it. A later short claim (the filters were away, a wake-up for
+    #: a job written below the floor since) is not covered: rows below the floor
+    #: written after the look are unproven.
+    covered_until: float = 0.0
     #: A look found a row below the floor and lowered it there: the next claim is due
     #: at once (:meth:`ClaimFloors.recheck_ms` says 0) until a claim started there.
     lowered: bool = False
@@ -196,13 +209,17 @@ class ClaimFloors:
             if floor is not None:
                 floor.look_from = None
 
-    def looked(self, filters: Hashable, *, found: Key | None, took_ms: float) -> None:
-        """Record a look below the floor: the first waiting due row it found there
-        (None: none), and its time (ms).
+    def looked(self, filters: Hashable, *, below: Key, found: Key | None, took_ms: float) -> None:
+        """Record a look below the floor: the bound it looked below (what
+        :meth:`due_look` returned), the first waiting due row it found there (None:
+        none), and its time (ms).
 
         A row found lowers the floor to it: the next claim starts there and takes it.
-        None proves the rows below the floor, as a claim from the start would. Its
-        time says whether the floor stays on and when the next look is due.
+        None proves the rows below the floor, as a claim from the start would, if the
+        floor is still at ``below`` or lower; claims that moved it up while the look
+        waited or ran passed rows between that were written after them, so those
+        stay unproven until the next look. Its time says whether the floor stays on
+        and when the next look is due.
         """
         with self._lock:
             floor = self._floors.get(filters)
@@ -212,12 +229,17 @@ class ClaimFloors:
             floor.full_ms = took_ms
             floor.look_from = None
             if found is None:
-                floor.unproven = False
-                floor.covered = True
+                floor.covered = None
+                if floor.key is None or _bound(floor.key) <= below:
+                    floor.unproven = False
+                    floor.covered = below
+                    floor.covered_until = floor.last_full + 2 * max(
+                        LATE_LOOK_POLL_S, took_ms / 1000
+                    )
             elif floor.key is None or found < floor.key:
                 floor.key = found
                 floor.lowered = floor.unproven = True
-                floor.covered = False
+                floor.covered = None
 
     def settle(
         self,
@@ -253,15 +275,22 @@ class ClaimFloors:
             if started is None:
                 floor.last_full = now
                 floor.full_ms = took_ms
-                floor.unproven = floor.lowered = floor.covered = False
+                floor.unproven = floor.lowered = False
+                floor.covered = None
             else:
                 if floor.key is not None and started > floor.key:
                     return  # a look lowered the floor below where this claim started
                 floor.lowered = False
-                if short and floor.covered:
-                    floor.covered = False  # the look before it saw below the floor
+                if (
+                    short
+                    and floor.covered is not None
+                    and started <= floor.covered
+                    and now < floor.covered_until
+                ):
+                    floor.covered = None  # the look before it saw below where it started
                 elif short:
                     floor.unproven = True
+                    floor.covered = None
             if first is not None:
                 floor.key = first
 
@@ -289,10 +318,16 @@ class ClaimFloors:
     @staticmethod
     def _due_in(floor: _Floor, now: float) -> float:
         """Seconds until a claim with ``floor``'s filters should run again: the end of
-        a look under way (about the last one's time), else the next look's due time
-        (0: the next claim sends it)."""
+        a look under way (about the last one's time; past it, every
+        :data:`LATE_LOOK_POLL_S` or the last look's time, whichever is longer, until
+        the look is given up on), else the next look's due time (0: the next claim
+        sends it)."""
         if floor.look_from is not None and floor.in_flight(now):
-            return max(0.001, floor.look_from + floor.full_ms / 1000 - now)
+            back = floor.look_from + floor.full_ms / 1000 - now
+            if back > 0:
+                return back
+            given_up = floor.look_from + LOOK_EVERY_S + floor.full_ms / 1000 - now
+            return max(0.001, min(given_up, max(LATE_LOOK_POLL_S, floor.full_ms / 1000)))
         return max(0.0, floor.last_full + floor.gap_s() - now)
 
     def looked_from_start(self, filters: Hashable) -> None:
@@ -305,7 +340,8 @@ class ClaimFloors:
                 self._last[filters[0]] = filters
             floor = self._floors.get(filters)
             if floor is not None:
-                floor.unproven = floor.lowered = floor.covered = False
+                floor.unproven = floor.lowered = False
+                floor.covered = None
 
     def clear(self) -> None:
         """Forget every floor: the next claims scan from the start."""
@@ -337,16 +373,29 @@ class Looker:
         self._busy = False
         self._thread: threading.Thread | None = None
 
-    def submit(self, filters: Hashable, look: Callable[[], None]) -> None:
-        """Run ``look`` in the looker thread, soon."""
+    def submit(self, filters: Hashable, look: Callable[[], None]) -> bool:
+        """Run ``look`` in the looker thread, soon; return False if it will not run: no
+        thread could start (the process's limits reached, logged), and the caller
+        abandons the look (:meth:`ClaimFloors.abandon`) for the next claim to send.
+        The next look tries to start the thread again."""
         with self._cond:
-            self._pending[filters] = look
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, name="jobqueue-claim-looker", daemon=True
                 )
-                self._thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:  # "can't start new thread"
+                    logger.warning(
+                        "could not start the thread that looks below claim floors; "
+                        "the next look tries again",
+                        exc_info=True,
+                    )
+                    return False
+                self._thread = thread
+            self._pending[filters] = look
             self._cond.notify()
+            return True
 
     def wait(self, timeout_s: float) -> bool:
         """Wait until no look is waiting or running (at most ``timeout_s`` s); return
