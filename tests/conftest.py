@@ -155,7 +155,12 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
 
 
 #: The claim floor's own tests, which set its thresholds themselves.
-FLOOR_TESTS = ("test_claim_floor", "test_claim_floor_recheck", "test_claim_floor_long_poll")
+FLOOR_TESTS = (
+    "test_claim_floor",
+    "test_claim_floor_recheck",
+    "test_claim_floor_looks",
+    "test_claim_floor_long_poll",
+)
 
 
 @pytest.fixture(autouse=True)
