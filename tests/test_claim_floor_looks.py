@@ -12,43 +12,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from django_jobqueue import enqueue_job, storage
 from django_jobqueue.models import Job, JobStatus
-from django_jobqueue.store import claimfloor, limits, pauses
+from django_jobqueue.store import claimfloor, pauses
 from django_jobqueue.store.pauses import pause_queue, resume_queue
 from tests.test_claim_floor import (  # the floor's fixture and helpers
     floor_on,
     floor_with_a_job_below,
     slow_claims,  # noqa: F401 (a fixture, used by name)
 )
-
-
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    """No limit or pause of this module's tests reaches a later test through the
-    process's caches (a rolled-back row stays cached for half a second)."""
-    limits.clear_cache()
-    pauses.clear_cache()
-    yield
-    limits.clear_cache()
-    pauses.clear_cache()
-
-
-def _leave_an_unproven_floor_behind() -> None:
-    """Claims while queue ``paused`` is paused: a floor, then a short claim above it
-    (that filter set unproven); then the queue is resumed, so no claim of this
-    process uses that filter set again."""
-    enqueue_job(None, "worker.record", {"n": 1})
-    pause_queue("default", "paused")
-    assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on
-    assert storage.claim("default", owner="w", limit=5) == []  # short above it
-    assert storage.claim_recheck_ms("default") is not None
-    resume_queue("default", "paused")
+from tests.test_claim_floor_recheck import _fresh_caches  # noqa: F401 (autouse)
 
 
 @pytest.mark.vendor("postgresql")
