@@ -1,11 +1,11 @@
 """The claim's floor (django_jobqueue/store/claimfloor.py, docs/horizon.md).
 
 While claims from the start of the claim index are slow (dead entries), a PostgreSQL
-claim starts at the key of the first row the last claim took; a claim from the start
-still runs ``LOOK_GAP`` times its own duration later (at most
-``LOOK_EVERY_S``), and a fast one turns the floor off. A short claim above the
-floor leaves the rows below it unproven: a worker sleeps only until the next claim from
-the start, and a burst does not end before it. MariaDB and SQLite never take a floor.
+claim starts at the key of the first row the last claim took; a look below the floor
+runs ``LOOK_GAP`` times the last one's duration later (at most ``LOOK_EVERY_S``),
+and a fast one turns the floor off. A short claim above the floor leaves the rows
+below it unproven: a worker sleeps only until the next look, and a burst does not
+end before it. MariaDB and SQLite never take a floor.
 The thresholds are set by the tests, never timed.
 """
 
@@ -31,13 +31,18 @@ BOUND = "(priority, run_at, id) >="
 FILTERS = ("default", (), (), frozenset())
 
 
-@pytest.fixture
-def slow_claims(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every claim from the start counts as slow; no claim from the start is due."""
-    monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
-    # Longer than any uptime: the test never depends on how long ago the machine booted.
+def no_look_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No look below a floor comes due by itself: the gaps are longer than any uptime,
+    so a test never depends on how long ago the machine booted."""
     monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
     monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
+
+
+@pytest.fixture
+def slow_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every claim from the start and every look counts as slow; no look is due."""
+    monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
+    no_look_due(monkeypatch)
 
 
 def _claim_sql(queries: CaptureQueriesContext) -> list[str]:
@@ -162,8 +167,7 @@ def test_floors__only_the_last_claims_filters_say_whether_to_look_again(
     # short claim above the floor under the old filters must not keep a burst from
     # ending (or a slot from sleeping) once a claim under the new ones looked from
     # the start and found nothing.
-    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
+    no_look_due(monkeypatch)
     floors = claimfloor.ClaimFloors()
     key = (100, timezone.now(), 7)
     limited = ("default", (), (), frozenset({"worker.limited"}))
@@ -299,7 +303,7 @@ def test_claim__nothing_above_the_floor_leaves_the_rows_below_for_the_next_look(
 
     with CaptureQueriesContext(connection) as queries:
         assert storage.claim("default", owner="w", limit=5) == []
-    (floored,) = _claim_sql(queries)  # no second claim from the start at once
+    (floored,) = _claim_sql(queries)  # no claim from the start at once
     assert BOUND in floored
     # The empty answer proved nothing below the floor: the caller is told so.
     assert storage.claim_recheck_ms("default") is not None
@@ -321,11 +325,12 @@ def test_claim__nothing_above_the_floor_leaves_the_rows_below_for_the_next_look(
 @pytest.mark.vendor("postgresql")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("slow_claims")
-def test_burst__does_not_end_before_a_claim_from_the_start_took_the_jobs_below_the_floor(
+def test_burst__does_not_end_before_the_jobs_a_look_found_below_the_floor_were_claimed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A worker whose claims start at a floor: the jobs written below it are claimed
-    # once a claim from the start is due, and the burst ends only after that.
+    # once a look below the floor found them, and the burst ends only after a look found
+    # nothing.
     from tests.workers_helpers import drain
 
     floor_on()
@@ -373,12 +378,12 @@ def run_until_done(foreman: Any, jid: str, *, within_s: float = 20) -> None:
 @pytest.mark.vendor("postgresql")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("slow_claims")
-def test_idle_worker__sleeps_only_until_the_claim_from_the_start_that_sees_below_the_floor(
+def test_idle_worker__sleeps_only_until_the_look_that_sees_below_the_floor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Nothing wakes this worker (its jobs were written before it started) and its idle
-    # sleep is a minute: a job below the floor is claimed when the claim from the start
-    # is due (0.5 s), not after the sleep.
+    # sleep is a minute: a job below the floor is claimed when a look below it is due
+    # (0.5 s) and back, not after the sleep.
     from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
     urgent = floor_with_a_job_below()

@@ -23,6 +23,7 @@ from django_jobqueue.store.pauses import pause_queue, resume_queue
 from tests.test_claim_floor import (  # the floor's fixture and helpers
     floor_on,
     floor_with_a_job_below,
+    no_look_due,
     slow_claims,  # noqa: F401 (a fixture, used by name)
 )
 from tests.test_claim_floor_recheck import _fresh_caches  # noqa: F401 (autouse)
@@ -39,8 +40,7 @@ def test_claim__of_claims_at_once_when_a_look_is_due_one_sends_it_and_all_keep_t
     from django.db import close_old_connections
 
     monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
-    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
+    no_look_due(monkeypatch)
     for n in range(5):
         enqueue_job(None, "worker.record", {"n": n})
     assert len(storage.claim("default", owner="w", limit=1)) == 1  # floor on
@@ -102,8 +102,7 @@ def test_floors__while_a_look_is_in_flight_the_recheck_waits(
     # waits about the look's time, and the look proves the rows.
     from django.utils import timezone
 
-    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
+    no_look_due(monkeypatch)
     floors = claimfloor.ClaimFloors()
     key = (100, timezone.now(), 7)
     filters = claimfloor.filter_set("a", None, (), ())
@@ -209,8 +208,7 @@ def test_floors__a_look_covers_a_short_claim_only_from_where_it_looked(
 
     from django.utils import timezone
 
-    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
+    no_look_due(monkeypatch)
     floors = claimfloor.ClaimFloors()
     filters = claimfloor.filter_set("a", None, (), ())
     key = (100, timezone.now(), 7)

@@ -23,6 +23,7 @@ from django_jobqueue.store.pauses import pause_queue, resume_queue
 from tests.test_claim_floor import (  # the floor's fixture and helpers
     floor_on,
     floor_with_a_job_below,
+    no_look_due,
     run_until_done,
     slow_claims,  # noqa: F401 (a fixture, used by name)
 )
@@ -145,13 +146,13 @@ def test_recheck__a_worker_whose_every_queue_is_paused_is_not_held_by_its_floor(
 @pytest.mark.vendor("postgresql")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("slow_claims")
-def test_idle_worker__with_its_listener_down_still_sleeps_only_until_the_claim_from_the_start(
+def test_idle_worker__with_its_listener_down_still_sleeps_only_until_the_look_below_the_floor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # While wake-ups may be lost an idle slot polls at min_sleep_ms; that must not
     # lengthen a sleep the floor's recheck made shorter. Nothing wakes this worker and
-    # its idle sleep is a minute: the job below the floor is claimed when the claim
-    # from the start is due.
+    # its idle sleep is a minute: the job below the floor is claimed when a look below
+    # it is due and back.
     from django.test import override_settings
 
     from django_jobqueue.worker.foreman import Foreman, ForemanOptions
@@ -200,8 +201,7 @@ def test_floors__only_the_last_claim_of_the_same_alias_decides_the_recheck(
 ) -> None:
     from django.utils import timezone
 
-    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
+    no_look_due(monkeypatch)
     floors = claimfloor.ClaimFloors()
     key = (100, timezone.now(), 7)
     left = claimfloor.filter_set("a", None, ("paused",), ())
@@ -242,8 +242,7 @@ def test_floors__a_filter_set_the_lru_dropped_no_longer_holds_the_recheck(
 ) -> None:
     from django.utils import timezone
 
-    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
-    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
+    no_look_due(monkeypatch)
     floors = claimfloor.ClaimFloors()
     key = (100, timezone.now(), 7)
     oldest = claimfloor.filter_set("a", ["q"], (), ())

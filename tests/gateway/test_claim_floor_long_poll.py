@@ -2,7 +2,7 @@
 
 A waiting claim is woken by the watcher, which looks for due jobs with no floor; the
 claim itself may start at its floor and miss a job written below it. The job must
-still reach the waiting claim once a claim from the start is due (plus the watcher's
+still reach the waiting claim once a look below the floor is due (plus the watcher's
 poll), not wait out the claim's whole ``wait_ms``. The thresholds are set by the
 test, never timed beyond a generous bound.
 """
@@ -18,6 +18,7 @@ from django.db import connections
 from django_jobqueue import enqueue_job
 from django_jobqueue.store import claimfloor
 from tests.gateway.conftest import Api
+from tests.test_claim_floor import no_look_due
 
 CLAIM = "/sdk/worker/claim"
 
@@ -28,8 +29,7 @@ def test_long_poll__a_job_written_below_the_floor_reaches_the_waiting_claim(
     make_token, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(claimfloor, "SLOW_CLAIM_MS", 0.0)
-    monkeypatch.setattr(claimfloor, "LOOK_GAP", 1e12)
-    monkeypatch.setattr(claimfloor, "LOOK_EVERY_S", 1e12)
+    no_look_due(monkeypatch)
     api = Api(make_token())
     enqueue_job("gw", "gw.echo", {"n": 1})
     first = api.post(CLAIM, {"queues": ["gw"], "wait_ms": 0}).json()["jobs"]
