@@ -762,11 +762,19 @@ def main() -> None:
     parser.add_argument(
         "--phases",
         default="",
-        help="comma-separated names of the phases to run, in their order (all)",
+        help="comma-separated names of the phases to run (all): "
+        + ", ".join(name for name, *_ in PHASES)
+        + "; they run in that order",
     )
     parser.add_argument("--log", default="", help="runworkers' output file")
     parser.add_argument("--json", default="", help="also write the figures to this file")
     args = parser.parse_args()
+    unknown = set(filter(None, args.phases.split(","))) - {name for name, *_ in PHASES}
+    if unknown:
+        parser.error(
+            f"unknown phase {', '.join(sorted(unknown))}; phases: "
+            + ", ".join(name for name, *_ in PHASES)
+        )
     result = run(args)
     print_table(result)
     if args.json:

@@ -17,8 +17,8 @@ there: a job enqueued with a more urgent priority, or with a ``run_at`` in the p
 or committed by a transaction that took its ``run_at`` before the claim ran. So the
 floor is used only while looking from the start is slow (the last look took
 :data:`SLOW_CLAIM_MS` or more: the dead entries are there), and something looks
-below it regularly: the next look runs :data:`FULL_CLAIM_GAP` times the last one's
-duration after it, and at most :data:`FULL_CLAIM_EVERY_S` later. A look is a read,
+below it regularly: the next look runs :data:`LOOK_GAP` times the last one's
+duration after it, and at most :data:`LOOK_EVERY_S` later. A look is a read,
 not a claim, made by the process's one :data:`looker` thread on its own
 connection: the claims go on at the floor meanwhile, so the walk over the garbage
 delays no claim (a claim from the start held the worker's claims for the whole
@@ -27,7 +27,9 @@ row lowers the floor to it, and the next claim takes it; one that finds none pro
 the rows below, and a fast one turns the floor off (claims start from the start
 again). A job written below the floor waits at most the gap plus a look, and the
 walk costs the database about a tenth of its time, however much garbage there is.
-A claim with a floor keeps the claim's order above it. A claim above the floor that
+A job this process hands back in its place (a prefetched job no runner started)
+lowers its floors to it at once (:meth:`ClaimFloors.lower`). A claim with a floor
+keeps the claim's order above it. A claim above the floor that
 came back short proves nothing below it: the caller asks
 :meth:`ClaimFloors.recheck_ms` how long until a look has been there, and sleeps no
 longer (only the last claim's filters of an alias count). A claim that proved its
@@ -238,6 +240,29 @@ class ClaimFloors:
                     )
             elif floor.key is None or found < floor.key:
                 floor.key = found
+                floor.lowered = floor.unproven = True
+                floor.covered = None
+
+    def lower(self, using: str, key: Key, queue: str, job_type: str) -> None:
+        """A job of ``queue`` and ``job_type`` at ``key`` is waiting again, written back
+        by this process (a hand-back that keeps its place): every floor on ``using``
+        whose claims could take it and that is above it goes down to it, and the next
+        claim with those filters is due at once (:meth:`recheck_ms` says 0)."""
+        with self._lock:
+            for filters, floor in self._floors.items():
+                if not (isinstance(filters, tuple) and len(filters) == 4):
+                    continue
+                alias, queues, excluded_queues, excluded_types = filters
+                if (
+                    alias != using
+                    or (queues and queue not in queues)
+                    or queue in excluded_queues
+                    or job_type in excluded_types
+                    or floor.key is None
+                    or key >= floor.key
+                ):
+                    continue
+                floor.key = key
                 floor.lowered = floor.unproven = True
                 floor.covered = None
 

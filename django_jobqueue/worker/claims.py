@@ -232,19 +232,25 @@ class ForemanClaims:
     def _give_back(self, held: list[_Running], message: str | None) -> int:
         """Hand back withdrawn jobs unstarted, their attempt not spent; return how many.
 
-        Each keeps its place in claim order; its queue's idle workers are woken, on
-        every foreman (a NOTIFY on PostgreSQL), since they may have a free slot.
+        One statement for them all (:func:`storage.hand_back_many`): it runs under
+        the claim lock. Each keeps its place in claim order; its queue's idle
+        workers are woken, on every foreman (a NOTIFY on PostgreSQL), since they may
+        have a free slot.
         """
         given = 0
         for running in held:
             running.ctx.mark_lease_lost()
-            try:
-                if storage.hand_back(running.job, message=message, keep_place=True):
-                    given += 1
-                    notify_on_commit(self.using, running.job.queue)
-            except Exception:
-                # Left leased: its lease expires and the reaper returns it unspent.
-                logger.warning("handing back a held job failed jid=%s", running.job.jid)
+        try:
+            given = storage.hand_back_many([running.job for running in held], message=message)
+            for queue in {running.job.queue for running in held}:
+                notify_on_commit(self.using, queue)
+        except Exception:
+            # Left leased: their leases expire and the reaper returns them unspent.
+            logger.warning(
+                "handing back held jobs failed jids=%s",
+                ",".join(running.job.jid for running in held),
+            )
+        for running in held:
             self._unregister(running)
         return given
 
@@ -352,8 +358,8 @@ class ForemanClaims:
                 kept.append(job)
         prefetched = {job.pk for job in kept[for_slots:]}  # held against the hold time
         jobs = kept
-        for job in over:  # more than the room of a limited type, or not short: back
-            storage.hand_back(job, message=None, keep_place=True)
+        if over:  # more than the room of a limited type, or not short: back
+            storage.hand_back_many(over)
         if over:
             self.wake()  # claim again: others may be due behind them
         self._claim_seq += 1
