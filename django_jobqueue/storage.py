@@ -421,8 +421,22 @@ def hand_back_many(jobs: Sequence[Job], *, message: str | None = None) -> int:
     if updated:
         for job in plain:
             _slot_freed(job)
-        _back_below_floor(plain)
+        _back_below_floor(plain if updated == len(plain) else _waiting(using, plain))
     return given + updated
+
+
+def _waiting(using: str, jobs: Sequence[Job]) -> list[Job]:
+    """The jobs of ``jobs`` waiting now (one read): after a hand-back that found some
+    of them no longer this worker's, the floors go down to these only, not to a job
+    another worker runs (store/claimfloor.py)."""
+    pks = {job.pk for job in jobs}
+    found = retrying(
+        using,
+        lambda: set(
+            Job.objects.using(using).filter(pk__in=pks, waiting=True).values_list("pk", flat=True)
+        ),
+    )
+    return [job for job in jobs if job.pk in found]
 
 
 def _back_below_floor(jobs: Sequence[Job]) -> None:

@@ -141,3 +141,27 @@ def test_floors_lower__only_the_floors_whose_claims_could_take_the_job_and_are_a
     assert lowered == {"every queue", "its queue"}
     assert floors.start(below) == (0, low[1] - claimfloor.LAG, 0)
     assert floors.start(sets["another queue"]) == (0, high[1] - claimfloor.LAG, 0)
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.usefixtures("slow_claims")
+def test_hand_back_many__a_job_another_worker_took_meanwhile_does_not_lower_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A held job whose lease expired and that another worker claimed since is not
+    # waiting: a floor lowered to it would send the next claim over the dead entries
+    # between it and the job that did go back, the walk the floor is there to spare.
+    monkeypatch.setattr(claimfloor, "LAG", timedelta(0))  # no margin: jobs ms apart
+    floor_on()
+    enqueue_job(None, "worker.record", {"n": 1})
+    enqueue_job(None, "worker.record", {"n": 2})
+    taken, back = held = storage.claim("default", owner="w", limit=2, started=False)
+    Job.objects.filter(pk=taken.pk).update(lease_token="someone-else")
+    enqueue_job(None, "worker.record", {"n": 3})
+    storage.claim("default", owner="w", limit=1)  # the floor moves past them
+
+    assert storage.hand_back_many(held) == 1
+
+    assert claimfloor.floors.start(FILTERS) == (back.priority, back.run_at, 0)
+    again = storage.claim("default", owner="w", limit=5)
+    assert [j.jid for j in again] == [back.jid]
