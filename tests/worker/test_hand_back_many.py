@@ -221,5 +221,6 @@ def test_hand_back_many__a_keyed_job_that_cannot_be_written_keeps_no_other_job_l
         True,
         0,
     )
-    assert (rows[keyed].status, rows[keyed].lease_token) == (JobStatus.PROCESSING, held[0].lease_token)
+    still = (JobStatus.PROCESSING, held[0].lease_token)  # for the reaper
+    assert (rows[keyed].status, rows[keyed].lease_token) == still
     assert f"handing back a held job failed jid={keyed}" in caplog.text
