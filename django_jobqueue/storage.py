@@ -391,15 +391,25 @@ def hand_back_many(jobs: Sequence[Job], *, message: str | None = None) -> int:
     What :func:`hand_back` with ``keep_place`` does to each, in one ``UPDATE`` for
     all of them: a worker returning a dozen prefetched jobs under its claim lock
     (docs/prefetch.md) holds its claims one round trip, not a dozen. A job holding
-    an ``until_executing`` unique key again goes through :func:`hand_back`. ``jobs``
-    come from one database, as one foreman's do; ``message`` None leaves each
-    stored message.
+    an ``until_executing`` unique key again goes through :func:`hand_back`, after
+    the others; one whose write fails is logged and left leased, for the reaper to
+    return unspent. ``jobs`` come from one database, as one foreman's do;
+    ``message`` None leaves each stored message. Raises what the ``UPDATE`` raised.
     """
     keyed = [j for j in jobs if j.unique_mode == unique.UNTIL_EXECUTING and j.unique_key]
-    given = sum(hand_back(job, message=message, keep_place=True) for job in keyed)
     plain = [j for j in jobs if not (j.unique_mode == unique.UNTIL_EXECUTING and j.unique_key)]
-    if not plain:
-        return given
+    given = _hand_back_plain(plain, message) if plain else 0
+    for job in keyed:
+        try:
+            given += hand_back(job, message=message, keep_place=True)
+        except Exception:
+            logger.warning("handing back a held job failed jid=%s", job.jid, exc_info=True)
+    return given
+
+
+def _hand_back_plain(plain: Sequence[Job], message: str | None) -> int:
+    """:func:`hand_back_many`'s one ``UPDATE`` of the jobs without a unique key to
+    hold again; return how many it handed back."""
     using = _database(plain[0])
     mine = Q()
     for job in plain:
@@ -421,8 +431,15 @@ def hand_back_many(jobs: Sequence[Job], *, message: str | None = None) -> int:
     if updated:
         for job in plain:
             _slot_freed(job)
-        _back_below_floor(plain)
-    return given + updated
+        _back_below_floor(plain if updated == len(plain) else _waiting(using, plain))
+    return updated
+
+
+def _waiting(using: str, jobs: Sequence[Job]) -> list[Job]:
+    """The jobs of ``jobs`` waiting now (one read), not those another worker runs."""
+    pks = Job.objects.using(using).filter(pk__in=[j.pk for j in jobs], waiting=True)
+    found = set(retrying(using, lambda: list(pks.values_list("pk", flat=True))))
+    return [job for job in jobs if job.pk in found]
 
 
 def _back_below_floor(jobs: Sequence[Job]) -> None:

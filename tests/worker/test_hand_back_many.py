@@ -5,10 +5,11 @@ claim starts (store/claimfloor.py), so no look below the floor has to find them.
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_jobqueue import enqueue_job, storage
@@ -141,3 +142,85 @@ def test_floors_lower__only_the_floors_whose_claims_could_take_the_job_and_are_a
     assert lowered == {"every queue", "its queue"}
     assert floors.start(below) == (0, low[1] - claimfloor.LAG, 0)
     assert floors.start(sets["another queue"]) == (0, high[1] - claimfloor.LAG, 0)
+
+
+@pytest.mark.vendor("postgresql")
+@pytest.mark.usefixtures("slow_claims")
+def test_hand_back_many__a_job_another_worker_took_meanwhile_does_not_lower_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A held job whose lease expired and that another worker claimed since is not
+    # waiting: a floor lowered to it would send the next claim over the dead entries
+    # between it and the job that did go back, the walk the floor is there to spare.
+    monkeypatch.setattr(claimfloor, "LAG", timedelta(0))  # no margin: jobs ms apart
+    floor_on()
+    enqueue_job(None, "worker.record", {"n": 1})
+    enqueue_job(None, "worker.record", {"n": 2})
+    taken, back = held = storage.claim("default", owner="w", limit=2, started=False)
+    Job.objects.filter(pk=taken.pk).update(lease_token="someone-else")
+    enqueue_job(None, "worker.record", {"n": 3})
+    storage.claim("default", owner="w", limit=1)  # the floor moves past them
+
+    assert storage.hand_back_many(held) == 1
+
+    assert claimfloor.floors.start(FILTERS) == (back.priority, back.run_at, 0)
+    again = storage.claim("default", owner="w", limit=5)
+    assert [j.jid for j in again] == [back.jid]
+
+
+@pytest.mark.vendor("postgresql", "mysql")
+def test_hand_back_many__a_keyed_job_that_cannot_be_written_keeps_no_other_job_leased(
+    pro: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another session holds the keyed job's row (a long transaction over it): its
+    # write fails after the session's lock wait. The plain job still goes back, and
+    # the count says so; the keyed one stays leased, for the reaper.
+    keyed = enqueue_job(
+        None, "worker.record", {"n": 0}, unique_key="k", unique_mode="until_executing"
+    ).jid
+    plain = enqueue_job(None, "worker.record", {"n": 1}).jid
+    held = storage.claim("default", owner="w", limit=2, started=False)
+    assert [j.jid for j in held] == [keyed, plain]
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_row() -> None:
+        try:
+            with transaction.atomic():
+                Job.objects.select_for_update().get(jid=keyed)
+                locked.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_row)
+    holder.start()
+    postgres = connection.vendor == "postgresql"
+    try:
+        assert locked.wait(60)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SET lock_timeout = '200ms'"
+                if postgres
+                else "SET SESSION innodb_lock_wait_timeout = 1"
+            )
+        with caplog.at_level(logging.WARNING):
+            assert storage.hand_back_many(held) == 1
+    finally:
+        release.set()
+        holder.join(60)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SET lock_timeout = DEFAULT"
+                if postgres
+                else "SET SESSION innodb_lock_wait_timeout = DEFAULT"
+            )
+
+    rows = {row.jid: row for row in Job.objects.all()}
+    assert (rows[plain].status, rows[plain].waiting, rows[plain].attempt) == (
+        JobStatus.INIT,
+        True,
+        0,
+    )
+    still = (JobStatus.PROCESSING, held[0].lease_token)  # for the reaper
+    assert (rows[keyed].status, rows[keyed].lease_token) == still
+    assert f"handing back a held job failed jid={keyed}" in caplog.text
