@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -397,7 +398,7 @@ def hand_back_many(jobs: Sequence[Job], *, message: str | None = None) -> int:
     ``message`` None leaves each stored message. Raises what the ``UPDATE`` raised.
     """
     keyed = [j for j in jobs if j.unique_mode == unique.UNTIL_EXECUTING and j.unique_key]
-    plain = [j for j in jobs if not (j.unique_mode == unique.UNTIL_EXECUTING and j.unique_key)]
+    plain = [j for j in jobs if j not in keyed]
     given = _hand_back_plain(plain, message) if plain else 0
     for job in keyed:
         try:
@@ -411,9 +412,7 @@ def _hand_back_plain(plain: Sequence[Job], message: str | None) -> int:
     """:func:`hand_back_many`'s one ``UPDATE`` of the jobs without a unique key to
     hold again; return how many it handed back."""
     using = _database(plain[0])
-    mine = Q()
-    for job in plain:
-        mine |= Q(pk=job.pk, lease_token=job.lease_token)
+    mine = functools.reduce(operator.or_, (Q(pk=j.pk, lease_token=j.lease_token) for j in plain))
     rows = Job.objects.using(using).filter(mine, status=JobStatus.PROCESSING)
     fields = unclaim_fields(plain[0], message, keep_place=True)
     # Per row, from the claim's attempt. ``status`` stays the first field: MySQL
@@ -423,11 +422,8 @@ def _hand_back_plain(plain: Sequence[Job], message: str | None) -> int:
     )
     updated = int(retrying(using, rows.update, **fields))
     if updated < len(plain):
-        logger.warning(
-            "lease lost, hand_back not stored for %d of %d held jobs",
-            len(plain) - updated,
-            len(plain),
-        )
+        lost = len(plain) - updated
+        logger.warning("lease lost, hand_back not stored for %d of %d held jobs", lost, len(plain))
     if updated:
         for job in plain:
             _slot_freed(job)
