@@ -48,6 +48,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..core.conf import get_config
+from ..core.reconnect import is_disconnect
 from .statbuffer import (
     BUCKET_FIELDS,
     COUNTERS,
@@ -262,8 +263,18 @@ class ProcessStats:
             return 0
         try:
             return buffer.flush(using)
-        except Exception:  # never fail a job's outcome or a request for a counter
-            if not quiet:
+        except Exception as exc:  # never fail a job's outcome or a request for a counter
+            if quiet:
+                pass
+            elif is_disconnect(exc, using) or connections[using].connection is None:
+                # Unreachable (an outage, a stop during one): one line, no traceback.
+                logger.warning(
+                    "writing job statistics failed using=%s: database unreachable (%s); "
+                    "the next flush tries again",
+                    using,
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                )
+            else:
                 logger.warning("writing job statistics failed using=%s", using, exc_info=True)
             if len(buffer):
                 with self._lock:

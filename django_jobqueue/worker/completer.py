@@ -140,10 +140,24 @@ class Completer:
         with self._write_lock:
             try:
                 flags = self._write_through_outage(batch)
-            except Exception:
-                logger.warning("batched completion failed; storing one by one", exc_info=True)
-                recycle_connections()
-                flags = [self._one(job, result, ms) for job, result, _cb, ms in batch]
+            except Exception as exc:
+                using = batch[0][0]._state.db or "default"
+                if is_disconnect(exc, using) or connections[using].connection is None:
+                    # Still unreachable at a stop or near the leases' end: one by one
+                    # fails the same. Whether a write whose answer was lost landed is
+                    # unknown; a job whose result was not stored is the reaper's.
+                    logger.warning(
+                        "database unreachable; %d results not stored, the reaper takes "
+                        "back their jobs if they were not (%s)",
+                        len(batch),
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    )
+                    close_dead(using)
+                    flags = [False] * len(batch)
+                else:
+                    logger.warning("batched completion failed; storing one by one", exc_info=True)
+                    recycle_connections()
+                    flags = [self._one(job, result, ms) for job, result, _cb, ms in batch]
             self.flushes += 1
             self.written += len(batch)
         for (job, _result, callback, _ms), stored in zip(batch, flags, strict=True):

@@ -101,6 +101,35 @@ def test_exit_while_the_database_is_unreachable__one_warning_no_traceback() -> N
     assert "statistics" in unwritten[0]
 
 
+def test_a_result_that_cannot_be_stored_at_exit__a_warning_no_traceback() -> None:
+    """A job ends while the database is unreachable and stays so until the stop: its
+    result waits in the batched writer, which gives up at the stop with one warning
+    (the reaper takes the job back), not a traceback per attempt."""
+    settings = connection.settings_dict
+    proxy = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"]))
+    url = database_url().replace(f":{settings['PORT']}/", f":{proxy.port}/")
+    workers = StartedWorkers(
+        "--concurrency", "2", "--min-sleep", "10", "--max-sleep", "50",
+        "--shutdown-timeout", "5000",
+        env={"DATABASE_URL": url},
+    )  # fmt: skip
+    try:
+        workers.wait_started()
+        jid = enqueue_job(None, "starts.nap", {"s": 1})["jid"]
+        wait_for(lambda: Job.objects.get(jid=jid).started_at is not None)
+        proxy.close()
+        time.sleep(2)  # the nap ends meanwhile: its result cannot be stored
+    finally:
+        proxy.close()
+        code, log = workers.stop()
+    exit_log = log[log.index("SIGTERM: stopping") :]
+    assert code == 0, log[-5000:]
+    assert "Traceback" not in exit_log, exit_log[-8000:]
+    assert "1 results not stored" in exit_log, exit_log[-8000:]
+    row = Job.objects.get(jid=jid)
+    assert row.status == JobStatus.PROCESSING  # not stored: its lease ends, the reaper's
+
+
 def test_exit_after_the_database_was_dropped__one_warning_no_traceback() -> None:
     """A scratch database (migrated here) that the worker uses is dropped under it: on
     PostgreSQL with ``FORCE`` (its sessions end), on MariaDB while its session lives."""
