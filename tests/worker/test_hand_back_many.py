@@ -87,19 +87,26 @@ def test_hand_back_many__an_until_executing_job_holds_its_key_again(pro: None) -
     assert (again.status, again.jid) == ("deduplicated", keyed)
 
 
+def two_held_below_the_floor(monkeypatch: pytest.MonkeyPatch) -> list[Job]:
+    """With ``slow_claims``: claim two jobs unstarted (prefetched, say), then a third,
+    so the floor is above the two; return the two."""
+    monkeypatch.setattr(claimfloor, "LAG", timedelta(0))  # no margin: jobs ms apart
+    floor_on()
+    enqueue_job(None, "worker.record", {"n": 1})
+    enqueue_job(None, "worker.record", {"n": 2})
+    held = storage.claim("default", owner="w", limit=2, started=False)
+    later = enqueue_job(None, "worker.record", {"n": 3}).jid
+    (moved,) = storage.claim("default", owner="w", limit=1)  # the floor moves past them
+    assert moved.jid == later
+    return held
+
+
 @pytest.mark.vendor("postgresql")
 @pytest.mark.usefixtures("slow_claims")
 def test_hand_back_many__jobs_below_the_floor_are_the_next_claims_without_a_look(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(claimfloor, "LAG", timedelta(0))  # no margin: jobs ms apart
-    floor_on()
-    enqueue_job(None, "worker.record", {"n": 1})
-    enqueue_job(None, "worker.record", {"n": 2})
-    held = storage.claim("default", owner="w", limit=2, started=False)  # prefetched, say
-    later = enqueue_job(None, "worker.record", {"n": 3}).jid
-    (moved,) = storage.claim("default", owner="w", limit=1)  # the floor moves past them
-    assert moved.jid == later
+    held = two_held_below_the_floor(monkeypatch)
     assert claimfloor.floors.start(FILTERS) > (held[-1].priority, held[-1].run_at, held[-1].pk)
 
     assert storage.hand_back_many(held) == 2
@@ -152,14 +159,8 @@ def test_hand_back_many__a_job_another_worker_took_meanwhile_does_not_lower_the_
     # A held job whose lease expired and that another worker claimed since is not
     # waiting: a floor lowered to it would send the next claim over the dead entries
     # between it and the job that did go back, the walk the floor is there to spare.
-    monkeypatch.setattr(claimfloor, "LAG", timedelta(0))  # no margin: jobs ms apart
-    floor_on()
-    enqueue_job(None, "worker.record", {"n": 1})
-    enqueue_job(None, "worker.record", {"n": 2})
-    taken, back = held = storage.claim("default", owner="w", limit=2, started=False)
+    taken, back = held = two_held_below_the_floor(monkeypatch)
     Job.objects.filter(pk=taken.pk).update(lease_token="someone-else")
-    enqueue_job(None, "worker.record", {"n": 3})
-    storage.claim("default", owner="w", limit=1)  # the floor moves past them
 
     assert storage.hand_back_many(held) == 1
 

@@ -74,15 +74,32 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 120) -> None:
         time.sleep(0.05)
 
 
-def test_exit_while_the_database_is_unreachable__one_warning_no_traceback() -> None:
+def behind_a_proxy(shutdown_timeout_ms: int) -> tuple[Proxy, StartedWorkers]:
+    """A ``runworkers`` on the test database through a TCP proxy the test can close;
+    ``wait_started`` not called yet."""
     settings = connection.settings_dict
     proxy = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"]))
     url = database_url().replace(f":{settings['PORT']}/", f":{proxy.port}/")
     workers = StartedWorkers(
         "--concurrency", "2", "--min-sleep", "10", "--max-sleep", "50",
-        "--shutdown-timeout", "2000",
+        "--shutdown-timeout", str(shutdown_timeout_ms),
         env={"DATABASE_URL": url},
     )  # fmt: skip
+    return proxy, workers
+
+
+def exit_log_of(stopped: tuple[int, str]) -> str:
+    """Return what stopped workers (``StartedWorkers.stop``'s answer) logged from their
+    SIGTERM on, after checking they exited 0 with no traceback there."""
+    code, log = stopped
+    exit_log = log[log.index("SIGTERM: stopping") :]
+    assert code == 0, log[-5000:]
+    assert "Traceback" not in exit_log, exit_log[-8000:]
+    return exit_log
+
+
+def test_exit_while_the_database_is_unreachable__one_warning_no_traceback() -> None:
+    proxy, workers = behind_a_proxy(2000)
     try:
         workers.wait_started()
         with transaction.atomic():
@@ -92,10 +109,8 @@ def test_exit_while_the_database_is_unreachable__one_warning_no_traceback() -> N
         time.sleep(1)  # what the running worker logs about it comes before the stop
     finally:
         proxy.close()
-        code, log = workers.stop()
-    exit_log = log[log.index("SIGTERM: stopping") :]
-    assert code == 0, log[-5000:]
-    assert "Traceback" not in exit_log, exit_log[-8000:]
+        stopped = workers.stop()
+    exit_log = exit_log_of(stopped)
     unwritten = [line for line in exit_log.splitlines() if "not written" in line]
     assert len(unwritten) == 1, exit_log[-8000:]
     assert "statistics" in unwritten[0]
@@ -105,14 +120,7 @@ def test_a_result_that_cannot_be_stored_at_exit__a_warning_no_traceback() -> Non
     """A job ends while the database is unreachable and stays so until the stop: its
     result waits in the batched writer, which gives up at the stop with one warning
     (the reaper takes the job back), not a traceback per attempt."""
-    settings = connection.settings_dict
-    proxy = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"]))
-    url = database_url().replace(f":{settings['PORT']}/", f":{proxy.port}/")
-    workers = StartedWorkers(
-        "--concurrency", "2", "--min-sleep", "10", "--max-sleep", "50",
-        "--shutdown-timeout", "5000",
-        env={"DATABASE_URL": url},
-    )  # fmt: skip
+    proxy, workers = behind_a_proxy(5000)
     try:
         workers.wait_started()
         jid = enqueue_job(None, "starts.nap", {"s": 1})["jid"]
@@ -121,10 +129,8 @@ def test_a_result_that_cannot_be_stored_at_exit__a_warning_no_traceback() -> Non
         time.sleep(2)  # the nap ends meanwhile: its result cannot be stored
     finally:
         proxy.close()
-        code, log = workers.stop()
-    exit_log = log[log.index("SIGTERM: stopping") :]
-    assert code == 0, log[-5000:]
-    assert "Traceback" not in exit_log, exit_log[-8000:]
+        stopped = workers.stop()
+    exit_log = exit_log_of(stopped)
     assert "1 results not stored" in exit_log, exit_log[-8000:]
     row = Job.objects.get(jid=jid)
     assert row.status == JobStatus.PROCESSING  # not stored: its lease ends, the reaper's
