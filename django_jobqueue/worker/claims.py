@@ -360,7 +360,6 @@ class ForemanClaims:
         jobs = kept
         if over:  # more than the room of a limited type, or not short: back
             storage.hand_back_many(over)
-        if over:
             self.wake()  # claim again: others may be due behind them
         self._claim_seq += 1
         self._last_claim_short = len(jobs) + len(over) < want
