@@ -46,9 +46,11 @@ __all__ = [
     "POSTGRES_DISCONNECT_SQLSTATES",
     "close_dead",
     "idle_for",
+    "in_one_line",
     "is_disconnect",
     "mark_used",
     "retry_on_disconnect",
+    "unreachable",
 ]
 
 logger = logging.getLogger(__name__)
@@ -120,6 +122,20 @@ def is_disconnect(exc: BaseException, using: str) -> bool:
     return False
 
 
+def unreachable(exc: BaseException, using: str) -> bool:
+    """Whether ``exc``, raised by a call on ``using`` in this thread, leaves it with no
+    live connection: a disconnect (:func:`is_disconnect`), or a reconnect that failed
+    (the server down or unreachable), which leaves none."""
+    return is_disconnect(exc, using) or connections[using].connection is None
+
+
+def in_one_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its class name if it has none): a log
+    line's reason, without the traceback."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def mark_used(using: str) -> None:
     """Note that this thread's connection ``using`` answered just now."""
     setattr(connections[using], _USED_AT, time.monotonic())
@@ -186,7 +202,7 @@ def retry_on_disconnect(
         logger.warning(
             "database connection lost on %s, reconnecting and repeating once: %s",
             using,
-            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+            in_one_line(exc),
         )
         close_dead(using)
         value = repeat() if repeat is not None else func(*args, **kwargs)

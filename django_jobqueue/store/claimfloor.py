@@ -152,6 +152,13 @@ class _Floor:
     #: settled yet; None: none in flight.
     look_from: float | None = None
 
+    def lower_to(self, key: Key) -> None:
+        """A waiting row at ``key`` is below the floor: the floor goes down to it, and
+        the next claim is due at once, proving nothing below until a look has been."""
+        self.key = key
+        self.lowered = self.unproven = True
+        self.covered = None
+
     def gap_s(self) -> float:
         """Seconds from the last look to the next one."""
         return min(LOOK_EVERY_S, LOOK_GAP * self.full_ms / 1000)
@@ -239,9 +246,7 @@ class ClaimFloors:
                         LATE_LOOK_POLL_S, took_ms / 1000
                     )
             elif floor.key is None or found < floor.key:
-                floor.key = found
-                floor.lowered = floor.unproven = True
-                floor.covered = None
+                floor.lower_to(found)
 
     def lower(self, using: str, key: Key, queue: str, job_type: str) -> None:
         """A job of ``queue`` and ``job_type`` at ``key`` is waiting again, written back
@@ -262,9 +267,7 @@ class ClaimFloors:
                     or key >= floor.key
                 ):
                     continue
-                floor.key = key
-                floor.lowered = floor.unproven = True
-                floor.covered = None
+                floor.lower_to(key)
 
     def settle(
         self,

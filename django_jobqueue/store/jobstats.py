@@ -48,7 +48,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..core.conf import get_config
-from ..core.reconnect import is_disconnect
+from ..core.reconnect import in_one_line, unreachable
 from .statbuffer import (
     BUCKET_FIELDS,
     COUNTERS,
@@ -264,17 +264,15 @@ class ProcessStats:
         try:
             return buffer.flush(using)
         except Exception as exc:  # never fail a job's outcome or a request for a counter
-            if quiet:
-                pass
-            elif is_disconnect(exc, using) or connections[using].connection is None:
+            if not quiet and unreachable(exc, using):
                 # Unreachable (an outage, a stop during one): one line, no traceback.
                 logger.warning(
                     "writing job statistics failed using=%s: database unreachable (%s); "
                     "the next flush tries again",
                     using,
-                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    in_one_line(exc),
                 )
-            else:
+            elif not quiet:
                 logger.warning("writing job statistics failed using=%s", using, exc_info=True)
             if len(buffer):
                 with self._lock:
@@ -309,12 +307,11 @@ class ProcessStats:
                 if buffer is not None and len(buffer):
                     buffer.flush(using)
             except Exception as exc:  # noqa: BLE001 (an exit hook never raises)
-                text = str(exc).strip()
                 logger.warning(
                     "job statistics not written at exit using=%s rows=%d (%s)",
                     using,
                     len(buffer) if buffer is not None else 0,
-                    text.splitlines()[0] if text else type(exc).__name__,
+                    in_one_line(exc),
                 )
 
     def clear(self) -> None:

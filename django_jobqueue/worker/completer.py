@@ -26,7 +26,7 @@ from django.db import connections
 from django.utils import timezone
 
 from .. import storage
-from ..core.reconnect import close_dead, is_disconnect
+from ..core.reconnect import close_dead, in_one_line, unreachable
 from ..models import Job
 from .connections import recycle_connections
 
@@ -141,8 +141,8 @@ class Completer:
             try:
                 flags = self._write_through_outage(batch)
             except Exception as exc:
-                using = batch[0][0]._state.db or "default"
-                if is_disconnect(exc, using) or connections[using].connection is None:
+                using = _alias(batch)
+                if unreachable(exc, using):
                     # Still unreachable at a stop or near the leases' end: one by one
                     # fails the same. Whether a write whose answer was lost landed is
                     # unknown; a job whose result was not stored is the reaper's.
@@ -150,7 +150,7 @@ class Completer:
                         "database unreachable; %d results not stored, the reaper takes "
                         "back their jobs if they were not (%s)",
                         len(batch),
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                        in_one_line(exc),
                     )
                     close_dead(using)
                     flags = [False] * len(batch)
@@ -181,7 +181,7 @@ class Completer:
         """
         items = [(job, result) for job, result, _cb, _ms in batch]
         run_ms = [ms for _job, _result, _cb, ms in batch]
-        using = batch[0][0]._state.db or "default"
+        using = _alias(batch)
         expiries = [job.lease_expires_at for job, _r, _cb, _ms in batch if job.lease_expires_at]
         give_up = min(expiries) - timedelta(seconds=1) if expiries else None
         pause = 0.1
@@ -190,9 +190,8 @@ class Completer:
                 return storage.complete_many(items, run_ms=run_ms)
             except Exception as exc:
                 # A dead session, or none at all: the reconnect itself failed.
-                unreachable = is_disconnect(exc, using) or connections[using].connection is None
                 if (
-                    not unreachable
+                    not unreachable(exc, using)
                     or give_up is None
                     or timezone.now() + timedelta(seconds=pause) >= give_up
                     or self._closed
@@ -213,3 +212,8 @@ class Completer:
             # Left processing: its lease expires and the reaper takes it back.
             logger.exception("storing the result failed jid=%s type=%s", job.jid, job.job_type)
             return False
+
+
+def _alias(batch: list[_Item]) -> str:
+    """The database alias of a batch's jobs (one foreman's: one alias)."""
+    return batch[0][0]._state.db or "default"

@@ -36,7 +36,7 @@ from django.db import connections
 
 from .. import reaping, storage
 from ..core.conf import get_config
-from ..core.reconnect import close_dead, retry_on_disconnect
+from ..core.reconnect import close_dead, in_one_line, retry_on_disconnect
 from ..flows.repair import REPAIR_EVERY_S, repair
 from ..models import JobStatus
 from ..store.jobstats import process_stats, prune_stats
@@ -72,8 +72,7 @@ def unreachable(using: str) -> str | None:
             close_dead(using)
         conn.ensure_connection()
     except Exception as exc:  # noqa: BLE001 (the answer is the reason)
-        text = str(exc).strip()
-        return text.splitlines()[0] if text else type(exc).__name__
+        return in_one_line(exc)
     return None
 
 
@@ -434,8 +433,7 @@ class ForemanThreads:
                     self.using, stop_worker, self.using, self.name, done=done, failed=failed
                 )
             except Exception as exc:  # noqa: BLE001 (reported below, in one line)
-                text = str(exc).strip()
-                reason = text.splitlines()[0] if text else type(exc).__name__
+                reason = in_one_line(exc)
         rows = process_stats.discard(self.using)
         if reason is not None or rows:
             logger.warning(
