@@ -8,7 +8,9 @@ import signal
 import time
 
 import pytest
+from django.core import checks
 from django.core.management import CommandError, call_command
+from django.core.management.base import SystemCheckError
 from django.db import connection
 
 from django_jobqueue import enqueue_job
@@ -215,6 +217,37 @@ def test_burst__names_the_paused_queues_whose_jobs_it_left_waiting():
     ) in proc.stdout
     assert Job.objects.get().waiting
     assert "paused" not in run_workers("--burst", "--queues", "emails").stdout
+
+
+@pytest.fixture
+def check_that_fails():
+    """Register a system check of the given tag that reports an error; removed after."""
+    registered = []
+
+    def register(tag: str) -> None:
+        def broken(app_configs, **kwargs):
+            return [checks.Error(f"a broken {tag} check", id="tests.E001")]
+
+        checks.register(broken, tag)
+        registered.append(broken)
+
+    yield register
+    for check in registered:
+        checks.registry.registry.registered_checks.discard(check)
+
+
+def test_checks__a_failing_url_check_does_not_stop_a_worker(check_that_fails):
+    check_that_fails(checks.Tags.urls)
+    with pytest.raises(SystemCheckError, match="a broken urls check"):
+        call_command("check")
+    call_command("runworkers", "--burst", "-v", "0", skip_checks=False)
+
+
+@pytest.mark.parametrize("tag", [checks.Tags.models, checks.Tags.compatibility])
+def test_checks__a_failing_check_of_what_a_worker_uses_stops_it(check_that_fails, tag):
+    check_that_fails(tag)
+    with pytest.raises(SystemCheckError, match=f"a broken {tag} check"):
+        call_command("runworkers", "--burst", "-v", "0", skip_checks=False)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import IO, Any, cast
 
+from django.core import checks
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...core.conf import get_config
@@ -66,6 +67,23 @@ def _queues(text: str) -> list[str]:
 
 class Command(BaseCommand):
     """Run worker threads that claim and run jobs until stopped."""
+
+    #: The system checks a worker runs before it starts: those of what it uses
+    #: (models, settings, caches, signals, async support and this app's own, which
+    #: are tagged ``compatibility`` and ``database``), not those of what only serves
+    #: pages (URLs, the admin, templates, static files, security headers). The URL
+    #: checks import every URLconf, which was a third of a worker's start-up; run
+    #: ``manage.py check`` (or ``check --deploy``) for the rest when deploying
+    #: (README "Quickstart").
+    requires_system_checks = [
+        checks.Tags.models,
+        checks.Tags.compatibility,
+        checks.Tags.database,
+        checks.Tags.caches,
+        checks.Tags.signals,
+        checks.Tags.async_support,
+        checks.Tags.translation,
+    ]
 
     help = (
         "Run job queue workers: one foreman with --concurrency worker threads, or "
