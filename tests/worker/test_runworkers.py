@@ -236,10 +236,17 @@ def check_that_fails():
         checks.registry.registry.registered_checks.discard(check)
 
 
-def test_checks__a_failing_url_check_does_not_stop_a_worker(check_that_fails):
-    check_that_fails(checks.Tags.urls)
-    with pytest.raises(SystemCheckError, match="a broken urls check"):
-        call_command("check")
+@pytest.mark.parametrize(
+    ("tag", "check_args"),
+    [(checks.Tags.urls, []), (checks.Tags.database, ["--database", "default"])],
+)
+def test_checks__a_failing_url_or_database_check_does_not_stop_a_worker(
+    check_that_fails, tag, check_args
+):
+    # Database checks connect: as under Django's default, only `check --database` runs them.
+    check_that_fails(tag)
+    with pytest.raises(SystemCheckError, match=f"a broken {tag} check"):
+        call_command("check", *check_args)
     call_command("runworkers", "--burst", "-v", "0", skip_checks=False)
 
 
