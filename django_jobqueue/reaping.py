@@ -37,7 +37,8 @@ def expired_before_start(job: Job) -> bool:
     with its next heartbeat or its outcome), so a job that ends its process before
     either is returned unspent once, never again (docs/prefetch.md).
     """
-    return any(entry.get("exception_class") == UNSTARTED_EXPIRY for entry in job.errors)
+    errors = job.errors
+    return bool(errors) and any(e.get("exception_class") == UNSTARTED_EXPIRY for e in errors)
 
 
 logger = logging.getLogger(__name__)

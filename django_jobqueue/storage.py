@@ -50,7 +50,7 @@ from .models import Job, JobStatus
 from .storage_claim import claim, claim_recheck_ms, claimed_under
 from .store import claimfloor, locks, unique
 from .store.errorlog import describe, error_entry, escaped
-from .store.jobstats import count_outcome
+from .store.jobstats import count_done, count_outcome
 from .store.registry import UNSET, get_job_description
 from .store.wakeups import notify_on_commit
 
@@ -285,11 +285,11 @@ def complete_many(
         # Jobs of batches and workflows end with their counts and dependents
         # (docs/workflows.md); the others as before, by one statement.
         stored = retrying(using, hooks.complete_rows, using, rows)
+    count_done(using, [(j, ms) for (j, _r), ms in zip(items, times, strict=True) if j.pk in stored])
     flags = []
     freed: set[str] = set()
     for (job, result), ms in zip(items, times, strict=True):
         if job.pk in stored:
-            count_outcome(job, "done", run_ms=ms)
             if job.queue not in freed and storage_limits.saturated(using, job.job_type, job.queue):
                 freed.add(job.queue)
                 notify_on_commit(using, job.queue)  # a slot they wait for is free

@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,6 +70,7 @@ __all__ = [
     "StatsBuffer",
     "bucket_of",
     "count_deduplicated",
+    "count_done",
     "count_outcome",
     "count_pickups",
     "pickup_bucket_of",
@@ -176,6 +177,19 @@ class ProcessStats:
         """
         buffer, since = self._buffer(using)
         buffer.record(queue, job_type, outcome, duration_ms, count=count)
+        self._due(using, since)
+
+    def record_counts(
+        self, using: str, changes: Mapping[tuple[str, str], Mapping[str, int]]
+    ) -> None:
+        """Add counts of many jobs at once: ``changes`` maps (queue, job type) to
+        counter column -> amount (:data:`COUNTERS`); one buffer look-up and one
+        flush check for them all (a claim's batch, a batched completion)."""
+        if not changes:
+            return
+        buffer, since = self._buffer(using)
+        for (queue, job_type), change in changes.items():
+            buffer.add(queue, job_type, change)
         self._due(using, since)
 
     def record_pickup(self, using: str, queue: str, job_type: str, pickup_ms: int) -> None:
@@ -385,11 +399,39 @@ def count_pickups(using: str, jobs: Sequence[Any]) -> None:
     The claim's time is ``started_at`` where the claim stored the start, else
     ``heartbeat_at`` (a foreman's claim stores the start later, as that same time).
     """
+    changes: dict[tuple[str, str], Counter[str]] = {}
     for job in jobs:
         claimed_at = job.started_at or job.heartbeat_at
         if claimed_at is not None and job.run_at is not None:
-            wait_ms = (claimed_at - job.run_at).total_seconds() * 1000
-            process_stats.record_pickup(using, job.queue, job.job_type, int(wait_ms))
+            wait = max(0, int((claimed_at - job.run_at).total_seconds() * 1000))
+            change = changes.get((job.queue, job.job_type))
+            if change is None:
+                change = changes[(job.queue, job.job_type)] = Counter()
+            change["pickup_ms_sum"] += wait
+            change[pickup_bucket_of(wait)] += 1
+    process_stats.record_counts(using, changes)
+
+
+def count_done(using: str, done: Sequence[tuple[Any, int | None]]) -> None:
+    """Count each (job, run time in ms) of ``done`` as ``done`` in :data:`process_stats`
+    (a run time of None: from the job's ``started_at`` to now, as :func:`count_outcome`
+    times it), grouped by queue and job type: what :func:`count_outcome` counts for
+    each, with one buffer update per group."""
+    changes: dict[tuple[str, str], Counter[str]] = {}
+    now: datetime | None = None
+    for job, ms in done:
+        if ms is None:
+            now = now or datetime.now(UTC)
+            started = job.started_at
+            ms = 0 if started is None else int((now - started).total_seconds() * 1000)
+        duration = max(0, int(ms))
+        change = changes.get((job.queue, job.job_type))
+        if change is None:
+            change = changes[(job.queue, job.job_type)] = Counter()
+        change["done"] += 1
+        change["duration_ms_sum"] += duration
+        change[bucket_of(duration)] += 1
+    process_stats.record_counts(using, changes)
 
 
 def count_deduplicated(specs: Sequence[Any], answers: Sequence[Any]) -> None:

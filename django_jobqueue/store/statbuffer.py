@@ -107,16 +107,27 @@ class StatsBuffer:
         self._clock = clock
         self._lock = threading.Lock()
         self._rows: dict[_Key, _Counts] = {}
+        #: The last minute counted in, (epoch seconds, its datetime): one datetime
+        #: per minute, not per count.
+        self._minute: tuple[int, datetime] = (-1, datetime.min.replace(tzinfo=UTC))
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._rows)
 
-    def _add(self, queue: str, job_type: str, change: Mapping[str, int]) -> None:
+    def add(self, queue: str, job_type: str, change: Mapping[str, int]) -> None:
+        """Add ``change`` (counter column -> amount, :data:`COUNTERS`) to the row of
+        ``queue`` and ``job_type`` this minute: the counts of many jobs at once."""
         seconds = int(self._clock()) // 60 * 60
-        key = (datetime.fromtimestamp(seconds, UTC), queue, job_type)
+        minute = self._minute
+        if minute[0] != seconds:
+            minute = self._minute = (seconds, datetime.fromtimestamp(seconds, UTC))
+        key = (minute[1], queue, job_type)
         with self._lock:
-            self._rows.setdefault(key, _Counts.zero()).add(change)
+            counts = self._rows.get(key)
+            if counts is None:
+                counts = self._rows[key] = _Counts.zero()
+            counts.add(change)
 
     def record(
         self,
@@ -155,13 +166,13 @@ class StatsBuffer:
             duration = max(0, int(duration_ms))
             change["duration_ms_sum"] = duration * count
             change[bucket_of(duration)] = count
-        self._add(queue, job_type, change)
+        self.add(queue, job_type, change)
 
     def record_pickup(self, queue: str, job_type: str, pickup_ms: int) -> None:
         """Count one claim of a job of ``job_type`` in ``queue`` that waited ``pickup_ms``
         ms (negative counts as 0) since its ``run_at``."""
         wait = max(0, int(pickup_ms))
-        self._add(queue, job_type, {"pickup_ms_sum": wait, pickup_bucket_of(wait): 1})
+        self.add(queue, job_type, {"pickup_ms_sum": wait, pickup_bucket_of(wait): 1})
 
     def _take(self) -> dict[_Key, _Counts]:
         with self._lock:
@@ -171,7 +182,11 @@ class StatsBuffer:
     def _give_back(self, rows: Mapping[_Key, _Counts]) -> None:
         with self._lock:
             for key, counts in rows.items():
-                self._rows.setdefault(key, _Counts.zero()).add(counts.values)
+                mine = self._rows.get(key)
+                if mine is None:
+                    self._rows[key] = counts
+                else:
+                    mine.add(counts.values)
 
     def clear(self) -> None:
         """Drop every count not written."""
