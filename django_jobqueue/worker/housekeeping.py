@@ -19,7 +19,9 @@ beside the worker slots:
   storage counts each outcome and claim there, docs/metrics.md) and prunes
   long-gone workers and old statistics (every :data:`PRUNE_EVERY_S`), and repairs
   stranded batches and workflows (every ``REPAIR_EVERY_S``, docs/workflows.md
-  "Repair");
+  "Repair"), and, first at its start, then every ``tablestats.CHECK_EVERY_S``,
+  analyzes the job table when its statistics no longer know the backlog
+  (:func:`~django_jobqueue.store.tablestats.analyze_if_stale`, docs/design.md#claim-plan);
 - **the relay** of the in-process :data:`~.wakeup.local_event`.
 
 Implements: docs/design.md#execution.
@@ -39,6 +41,7 @@ from ..core.conf import get_config
 from ..core.reconnect import close_dead, in_one_line, retry_on_disconnect
 from ..flows.repair import REPAIR_EVERY_S, repair
 from ..models import JobStatus
+from ..store import tablestats
 from ..store.jobstats import process_stats, prune_stats
 from ..store.progress import MIN_INTERVAL_S
 from ..store.workerstats import beat_worker, prune_workers, register_worker, stop_worker
@@ -387,16 +390,26 @@ class ForemanThreads:
         if made:
             self.wake()
 
+    def _analyze(self) -> None:
+        try:
+            retry_on_disconnect(self.using, tablestats.analyze_if_stale, self.using)
+        except Exception:
+            logger.warning("analyzing the job table failed", exc_info=True)
+            recycle_connections()
+
     def _housekeeping_loop(self) -> None:
         reap_every = max(self.lease_ms / 2000, 0.1)
         now = time.monotonic()
         next_reap, next_flush, next_prune = now + reap_every, now + STATS_FLUSH_S, now
-        next_repair = now + REPAIR_EVERY_S
+        next_repair, next_analyze = now + REPAIR_EVERY_S, now
         try:
             while not self._done.is_set():
                 now = time.monotonic()
                 try:
                     if not self._stopping.is_set():
+                        if now >= next_analyze:  # first: the claim's plan needs it
+                            self._analyze()
+                            next_analyze = time.monotonic() + tablestats.CHECK_EVERY_S
                         self._materialize_schedules()
                         if now >= next_reap:
                             self._reap()

@@ -1,0 +1,166 @@
+"""The job table's statistics on PostgreSQL: analyzed when stale, so the claim reads by
+its index (docs/design.md#claim-plan)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import connection, connections
+
+from django_jobqueue import enqueue_many, storage_sql
+from django_jobqueue.models import Job
+from django_jobqueue.store import tablestats
+from django_jobqueue.store.tablestats import TableStats, analyze_if_stale, read_stats, stale
+from tests.workers_helpers import drain
+
+pytestmark = pytest.mark.django_db(transaction=True)
+postgres_only = pytest.mark.vendor("postgresql")
+
+
+@pytest.mark.parametrize(
+    ("stats", "expected"),
+    [
+        (TableStats(rows=-1, changed=999, analyzed=False, owner=True), False),
+        (TableStats(rows=-1, changed=1000, analyzed=False, owner=True), True),
+        (TableStats(rows=5000, changed=1000, analyzed=True, owner=True), True),
+        (TableStats(rows=50_000, changed=4999, analyzed=True, owner=True), False),
+        (TableStats(rows=50_000, changed=5000, analyzed=True, owner=True), True),
+    ],
+)
+def test_stale__a_thousand_changed_rows_and_a_tenth_of_the_table(stats, expected):
+    assert stale(stats) is expected
+
+
+def _enqueue(count: int) -> None:
+    for start in range(0, count, 500):
+        enqueue_many([{"job_type": "maint.noop"}] * min(500, count - start))
+
+
+def _stats_caught_up(at_least: int) -> TableStats:
+    """The table's statistics once they count ``at_least`` changed rows (a backend
+    reports its counts about a second after its transaction)."""
+    deadline = time.monotonic() + 15
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        stats = read_stats("default")
+        if stats.changed >= at_least or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.2)
+
+
+def _reltuples() -> float:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [Job._meta.db_table]
+        )
+        return float(cursor.fetchone()[0])
+
+
+def _claim_plan() -> str:
+    """The plan of the claim's own statement (of 50 jobs, every queue), as JSON."""
+    filters = storage_sql._due_filter("default", None, (), ())
+    sql, params = storage_sql._claim_statement(
+        "default", "w", "t", 50, filters, [], timedelta(seconds=60), True
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        return json.dumps(cursor.fetchone()[0])
+
+
+@postgres_only
+def test_stale_statistics__are_analyzed_and_the_claim_then_reads_by_its_index():
+    _enqueue(3000)
+    assert stale(_stats_caught_up(3000))
+    assert analyze_if_stale("default") is True
+    assert _reltuples() == 3000
+    plan = _claim_plan()
+    assert '"Index Name": "jq_job_claim_any_idx"' in plan
+    assert '"Node Type": "Sort"' not in plan
+    assert not stale(read_stats("default"))
+    assert analyze_if_stale("default") is False  # fresh now: nothing to do
+
+
+@postgres_only
+def test_few_changed_rows__no_analyze():
+    _enqueue(3000)
+    _stats_caught_up(3000)
+    assert analyze_if_stale("default") is True
+    _enqueue(200)
+    _stats_caught_up(200)
+    assert analyze_if_stale("default") is False
+    assert _reltuples() == 3000
+
+
+@postgres_only
+def test_another_worker_analyzing__skipped_without_waiting():
+    _enqueue(3000)
+    _stats_caught_up(3000)
+    settings = connection.settings_dict
+    holder = psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"] or 5432, user=settings["USER"],
+        dbname=settings["NAME"], autocommit=True,
+    )  # fmt: skip
+    try:
+        holder.execute("SELECT pg_advisory_lock(%s)", [tablestats._LOCK_KEY])
+        answers: list[bool] = []
+
+        def call() -> None:
+            try:
+                answers.append(analyze_if_stale("default"))
+            finally:
+                connections.close_all()  # this thread's own connection
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        caller.join(30)
+        assert not caller.is_alive(), "analyze_if_stale waited for the other worker's lock"
+        assert answers == [False]
+    finally:
+        holder.execute("SELECT pg_advisory_unlock_all()")
+        holder.close()
+    assert analyze_if_stale("default") is True
+
+
+@postgres_only
+def test_a_role_that_does_not_own_the_table__told_once_never_analyzes(monkeypatch, caplog):
+    monkeypatch.setattr(tablestats, "_not_owner", set())
+    _enqueue(3000)
+    _stats_caught_up(3000)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'jq_not_owner') "
+            "THEN CREATE ROLE jq_not_owner NOLOGIN; END IF; END $$"
+        )
+        cursor.execute("SET ROLE jq_not_owner")
+    try:
+        with caplog.at_level(logging.INFO, logger="django_jobqueue.store.tablestats"):
+            assert analyze_if_stale("default") is False
+            assert analyze_if_stale("default") is False
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET ROLE")
+    told = [r for r in caplog.records if "may not analyze" in r.getMessage()]
+    assert len(told) == 1
+    assert _reltuples() != 3000
+
+
+@postgres_only
+def test_a_foreman_analyzes_stale_statistics_at_its_start():
+    _enqueue(2000)
+    _stats_caught_up(2000)
+    assert drain() == {"done": 2000}
+    assert _reltuples() == 2000  # analyzed while the 2,000 jobs were there
+
+
+def test_other_databases__nothing_is_read():
+    if connection.vendor == "postgresql":
+        pytest.skip("PostgreSQL analyzes")
+    _enqueue(1500)
+    assert analyze_if_stale("default") is False
