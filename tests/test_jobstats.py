@@ -177,3 +177,31 @@ def test_process_stats__no_timer_while_a_foreman_writes_the_counts():
             time.sleep(0.05)
     finally:
         stats.clear()
+
+
+def test_batches__counted_per_queue_and_job_type_as_one_by_one(written):
+    # A claim's pickups and a batched completion's outcomes are counted per (queue,
+    # job type) group of the batch: the same counts as job by job.
+    for queue, job_type in [("qa", "maint.noop"), ("qa", "maint.other"), ("qb", "maint.noop")]:
+        for _ in range(2):
+            make_job(queue=queue, job_type=job_type)
+    claimed = storage.claim("default", owner="test:1", limit=6, queues=["qa", "qb"])
+    assert len(claimed) == 6
+    run_ms = [5, 50, 500, 5000, None, 7]
+    assert storage.complete_many([(job, None) for job in claimed], run_ms=run_ms) == [True] * 6
+    process_stats.flush("default")
+    rows = {
+        (row.queue, row.job_type): row for row in JobStat.objects.filter(queue__in=["qa", "qb"])
+    }
+    assert sorted(rows) == [("qa", "maint.noop"), ("qa", "maint.other"), ("qb", "maint.noop")]
+    for job, ms in zip(claimed, run_ms, strict=True):
+        row = rows[(job.queue, job.job_type)]
+        assert row.done == 2
+        assert row.pickup_le_100 + row.pickup_le_1000 + row.pickup_le_10000 == 2
+        if ms is not None and ms >= 1000:
+            assert row.le_10000 >= 1 and row.duration_ms_sum >= ms
+    timed = [
+        row.le_10 + row.le_100 + row.le_1000 + row.le_10000 + row.le_inf for row in rows.values()
+    ]
+    assert sum(timed) == 6  # a None run time is timed from the row's start, as one by one
+    assert sum(row.duration_ms_sum for row in rows.values()) >= 5 + 50 + 500 + 5000 + 7
