@@ -245,7 +245,10 @@ class ForemanAsync:
     def _take_slot(self) -> bool:
         """In a runner, before it takes or claims a job: wait for a free worker slot
         and reserve it; False: the foreman stops. Only async jobs, which hold a
-        slot but no runner, ever make a runner wait here."""
+        slot but no runner, ever make a runner wait here: without a loop a runner is
+        its slot, and nothing is reserved."""
+        if self.aio is None:
+            return True
         with self._slot_free:
             while self._busy + self._reserved >= self.concurrency:
                 if self._stopping.is_set():
@@ -257,6 +260,12 @@ class ForemanAsync:
     def _use_slot(self, running: _Running | None) -> None:
         """The reserved slot is ``running``'s (counted in ``_busy`` from now), or goes
         back (None: the claim found nothing)."""
+        if self.aio is None:  # nothing reserved, nobody waits for a slot
+            if running is not None:
+                with self._busy_lock:
+                    running.holds_slot = True
+                    self._busy += 1
+            return
         with self._slot_free:
             self._reserved -= 1
             if running is not None:
@@ -267,6 +276,12 @@ class ForemanAsync:
 
     def _release_slot(self, running: _Running) -> None:
         """Give back ``running``'s slot, once (its runner's end, or its timeout)."""
+        if self.aio is None:
+            with self._busy_lock:
+                if running.holds_slot:
+                    running.holds_slot = False
+                    self._busy -= 1
+            return
         with self._slot_free:
             if running.holds_slot:
                 running.holds_slot = False
