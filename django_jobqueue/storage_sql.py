@@ -114,9 +114,10 @@ def _jobs(using: str, rows: Sequence[Sequence[Any]]) -> list[Job]:
         values = list(row)
         for i, convs, col in converters:
             value = values[i]
-            for conv in convs:
-                value = conv(value, col, conn)
-            values[i] = value
+            if value is not None:  # NULL stays None: no converter of Job maps it
+                for conv in convs:
+                    value = conv(value, col, conn)
+                values[i] = value
         if not plain:
             jobs.append(Job.from_db(using, names, values))
             continue
