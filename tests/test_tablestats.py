@@ -164,3 +164,39 @@ def test_other_databases__nothing_is_read():
         pytest.skip("PostgreSQL analyzes")
     _enqueue(1500)
     assert analyze_if_stale("default") is False
+
+
+@postgres_only
+def test_a_lock_on_the_table_that_the_analyze_waits_for__skipped_without_waiting():
+    # A manual VACUUM, CREATE INDEX (CONCURRENTLY) or an ALTER of the job table holds
+    # a lock ANALYZE waits for: the housekeeping thread that calls this (reaping,
+    # schedules, statistics) must not wait with it, for as long as that takes.
+    _enqueue(3000)
+    _stats_caught_up(3000)
+    settings = connection.settings_dict
+    holder = psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"] or 5432, user=settings["USER"],
+        dbname=settings["NAME"],
+    )  # fmt: skip
+    try:
+        holder.execute(f'LOCK TABLE "{Job._meta.db_table}" IN SHARE UPDATE EXCLUSIVE MODE')
+        answers: list[bool] = []
+
+        def call() -> None:
+            try:
+                answers.append(analyze_if_stale("default"))
+            finally:
+                connections.close_all()  # this thread's own connection
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        caller.join(15)
+        assert not caller.is_alive(), "analyze_if_stale waited for a lock on the table"
+        assert answers == [False]
+    finally:
+        holder.rollback()
+        holder.close()
+        caller.join(30)
+    assert _reltuples() != 3000  # skipped: not analyzed
+    assert analyze_if_stale("default") is True
+    assert _reltuples() == 3000

@@ -20,7 +20,9 @@ housekeeping thread calls :func:`analyze_if_stale` at its start and every
 statistics are stale (:func:`stale`), ``ANALYZE`` of the table (about 200 ms at
 100,000 jobs; of the whole table, since one of some columns does not reset the count
 of changed rows that makes them stale), under an advisory lock tried without waiting,
-so one worker of a fleet runs it at a time. A database role that does not
+so one worker of a fleet runs it at a time, and ``SKIP_LOCKED``, so a lock held on the
+table (a manual VACUUM, CREATE INDEX, ALTER TABLE) skips it rather than stall the
+housekeeping thread. A database role that does not
 own the table may not analyze it: it is told once (a log line) and not asked again.
 
 Implements: docs/design.md#claim-plan.
@@ -114,8 +116,9 @@ def analyze_if_stale(using: str) -> bool:
     return whether this call analyzed it.
 
     Only on PostgreSQL (elsewhere: False, nothing read). Skipped when another worker
-    analyzes now (the advisory lock is taken) or when this role does not own the table
-    (logged once per alias).
+    analyzes now (the advisory lock is taken), when a lock on the table that ANALYZE
+    needs is held (a manual VACUUM, CREATE INDEX, ALTER TABLE: never waited for), or
+    when this role does not own the table (logged once per alias).
 
     Raises
     ------
@@ -140,6 +143,20 @@ def analyze_if_stale(using: str) -> bool:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_LOCK_KEY])
         if not cursor.fetchone()[0]:
             return False  # another worker analyzes it now
-        cursor.execute(f"ANALYZE {table}")
+        # SKIP_LOCKED: a lock on the table that ANALYZE waits for (a manual VACUUM,
+        # CREATE INDEX, an ALTER) skips it, rather than stalling the housekeeping
+        # thread (reaping, schedules, statistics) for as long as that lock is held.
+        # Inside this transaction ANALYZE keeps its table lock to the end, so
+        # holding it says the table was analyzed.
+        cursor.execute(f"ANALYZE (SKIP_LOCKED) {table}")
+        cursor.execute(
+            "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'relation' "
+            "AND relation = %s::regclass AND pid = pg_backend_pid() "
+            "AND mode = 'ShareUpdateExclusiveLock' AND granted)",
+            [table],
+        )
+        if not cursor.fetchone()[0]:
+            logger.debug("the job table is locked now: analyze skipped")
+            return False
     logger.debug("analyzed the job table rows=%d changed=%d", stats.rows, stats.changed)
     return True
