@@ -13,7 +13,12 @@ import argparse
 from typing import IO, Any, cast
 
 from django.core import checks
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import (
+    BaseCommand,
+    CommandError,
+    CommandParser,
+    SystemCheckError,
+)
 
 from ...core.conf import get_config
 from ...core.exceptions import ImproperlyConfiguredJobQueue
@@ -74,7 +79,8 @@ class Command(BaseCommand):
     #: admin, templates, static files, security headers). The URL checks import every
     #: URLconf, which was a third of a worker's start-up. Database checks (tagged
     #: ``database``: they connect) run only when asked, as under Django's default
-    #: (``manage.py check --database default``). README "Quickstart".
+    #: (``manage.py check --database default``); checks without a tag run too
+    #: (:meth:`check`). README "Quickstart".
     requires_system_checks = [
         checks.Tags.models,
         checks.Tags.compatibility,
@@ -83,6 +89,32 @@ class Command(BaseCommand):
         checks.Tags.async_support,
         checks.Tags.translation,
     ]
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Run the checks of :attr:`requires_system_checks`, then those registered
+        without a tag (Django's ``TASKS`` backend check, a project's ``@register()``
+        ones), which a list of tags never selects.
+
+        Raises
+        ------
+        SystemCheckError
+            If a check reports an error (warnings are written to stderr).
+        """
+        super().check(*args, **kwargs)
+        untagged = [c for c in checks.registry.registry.get_checks() if not getattr(c, "tags", ())]
+        issues = [
+            message
+            for check in untagged
+            for message in check(app_configs=None, databases=None)
+            if not message.is_silenced()
+        ]
+        serious = [message for message in issues if message.is_serious()]
+        if serious:
+            found = "\n".join(str(message) for message in serious)
+            raise SystemCheckError(f"System check identified some issues:\n\n{found}")
+        for message in issues:
+            if message.level >= checks.WARNING:
+                self.stderr.write(str(message))
 
     help = (
         "Run job queue workers: one foreman with --concurrency worker threads, or "
