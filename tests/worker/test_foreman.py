@@ -320,3 +320,38 @@ def test_foreman__leaves_no_database_session_open():
     while others() != before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert others() == before
+
+
+def test_no_event_loop__busy_slots_are_counted_and_all_given_back():
+    # A middleware that cannot wrap async handlers leaves the foreman without an event
+    # loop: a runner is its slot, and the busy count is kept without reservations.
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    for n in range(150):
+        enqueue_job(None, "worker.record", {"label": str(n)})
+    for _ in range(3):  # past their timeout: the slot's thread gives up on them
+        enqueue_job(None, "worker.sleep", {"s": 2}, timeout_ms=200, max_retry=0)
+    busiest: list[int] = []
+    with override_settings(JOBQUEUE={"MIDDLEWARE": [f"{__name__}.inner"]}):
+        foreman = Foreman(
+            ForemanOptions(
+                concurrency=4, burst=True, min_sleep_ms=5, max_sleep_ms=50, ramp_time_ms=0
+            )
+        )
+
+        def watch() -> None:
+            while not foreman._done.is_set():
+                busiest.append(foreman._busy)
+                time.sleep(0.005)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            stats = foreman.run(install_signals=False)
+        finally:
+            foreman._done.set()
+            watcher.join(10)
+    assert foreman.aio is None
+    assert stats.get("done") == 150 and sum(stats.values()) == 153
+    assert foreman._busy == 0
+    assert busiest and 0 <= min(busiest) and max(busiest) <= 4
