@@ -200,3 +200,25 @@ def test_a_lock_on_the_table_that_the_analyze_waits_for__skipped_without_waiting
     assert _reltuples() != 3000  # skipped: not analyzed
     assert analyze_if_stale("default") is True
     assert _reltuples() == 3000
+
+
+@postgres_only
+def test_a_failing_analyze__one_warning_then_a_long_pause(caplog):
+    # A statement timeout shorter than the analyze: the foreman warns once and checks
+    # again after RETRY_AFTER_FAILURE_S, not at every CHECK_EVERY_S.
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    _enqueue(3000)
+    _stats_caught_up(3000)
+    foreman = Foreman(ForemanOptions(concurrency=1, burst=True))
+    with connection.cursor() as cursor:
+        cursor.execute("SET statement_timeout = 1")
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_jobqueue.worker.housekeeping"):
+            assert foreman._analyze() == tablestats.RETRY_AFTER_FAILURE_S
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET statement_timeout")
+    assert [r for r in caplog.records if "analyzing the job table failed" in r.getMessage()]
+    assert foreman._analyze() == tablestats.CHECK_EVERY_S  # analyzed now
+    assert _reltuples() == 3000

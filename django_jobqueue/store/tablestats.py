@@ -23,7 +23,8 @@ of changed rows that makes them stale), under an advisory lock tried without wai
 so one worker of a fleet runs it at a time, and ``SKIP_LOCKED``, so a lock held on the
 table (a manual VACUUM, CREATE INDEX, ALTER TABLE) skips it rather than stall the
 housekeeping thread. A database role that does not
-own the table may not analyze it: it is told once (a log line) and not asked again.
+own the table (nor holds ``MAINTAIN`` on it, PostgreSQL 17+) may not analyze it: it is
+told once (a log line) and not asked again.
 
 Implements: docs/design.md#claim-plan.
 """
@@ -41,6 +42,7 @@ from ..models import Job
 __all__ = [
     "CHECK_EVERY_S",
     "MIN_CHANGED",
+    "RETRY_AFTER_FAILURE_S",
     "SHARE_CHANGED",
     "TableStats",
     "analyze_if_stale",
@@ -51,6 +53,9 @@ logger = logging.getLogger(__name__)
 
 #: How often (s) a foreman looks whether the job table's statistics are stale.
 CHECK_EVERY_S = 10.0
+#: How long (s) a foreman waits after a check or analyze that failed (a statement
+#: timeout shorter than the analyze, a dropped connection) before it tries again.
+RETRY_AFTER_FAILURE_S = 300.0
 #: Rows changed (inserted, updated, deleted) since the last analyze that make the
 #: statistics stale however small the table, and that a never analyzed table needs.
 MIN_CHANGED = 1000
@@ -95,15 +100,18 @@ def read_stats(using: str) -> TableStats:
         If the database cannot be read (propagated, for the caller's retry).
     """
     table = connections[using].ops.quote_name(Job._meta.db_table)
+    # PostgreSQL 17 lets a role that does not own a table analyze it with MAINTAIN.
+    may = "pg_has_role(c.relowner, 'USAGE')"
+    if getattr(connections[using], "pg_version", 0) >= 170000:
+        may = "pg_has_role(c.relowner, 'USAGE') OR has_table_privilege(c.oid, 'MAINTAIN')"
+    sql = (
+        "SELECT c.reltuples, s.n_mod_since_analyze, "
+        "s.last_analyze IS NOT NULL OR s.last_autoanalyze IS NOT NULL, " + may + " "
+        "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid "
+        "WHERE c.oid = %s::regclass"
+    )
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "SELECT c.reltuples, s.n_mod_since_analyze, "
-            "s.last_analyze IS NOT NULL OR s.last_autoanalyze IS NOT NULL, "
-            "pg_has_role(c.relowner, 'USAGE') "
-            "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid "
-            "WHERE c.oid = %s::regclass",
-            [table],
-        )
+        cursor.execute(sql, [table])
         row = cursor.fetchone()
     if row is None:  # not a user table of this database: nothing to do
         return TableStats(rows=0.0, changed=0, analyzed=True, owner=False)

@@ -390,12 +390,21 @@ class ForemanThreads:
         if made:
             self.wake()
 
-    def _analyze(self) -> None:
+    def _analyze(self) -> float:
+        """Analyze the job table if stale; return the seconds until the next check
+        (longer after a failure: one warning each ``RETRY_AFTER_FAILURE_S``, not each
+        ``CHECK_EVERY_S``)."""
         try:
             retry_on_disconnect(self.using, tablestats.analyze_if_stale, self.using)
         except Exception:
-            logger.warning("analyzing the job table failed", exc_info=True)
+            logger.warning(
+                "analyzing the job table failed; next try in %.0f s",
+                tablestats.RETRY_AFTER_FAILURE_S,
+                exc_info=True,
+            )
             recycle_connections()
+            return tablestats.RETRY_AFTER_FAILURE_S
+        return tablestats.CHECK_EVERY_S
 
     def _housekeeping_loop(self) -> None:
         reap_every = max(self.lease_ms / 2000, 0.1)
@@ -408,8 +417,7 @@ class ForemanThreads:
                 try:
                     if not self._stopping.is_set():
                         if now >= next_analyze:  # first: the claim's plan needs it
-                            self._analyze()
-                            next_analyze = time.monotonic() + tablestats.CHECK_EVERY_S
+                            next_analyze = time.monotonic() + self._analyze()
                         self._materialize_schedules()
                         if now >= next_reap:
                             self._reap()
