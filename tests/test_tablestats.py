@@ -222,3 +222,25 @@ def test_a_failing_analyze__one_warning_then_a_long_pause(caplog):
     assert [r for r in caplog.records if "analyzing the job table failed" in r.getMessage()]
     assert foreman._analyze() == tablestats.CHECK_EVERY_S  # analyzed now
     assert _reltuples() == 3000
+
+
+@postgres_only
+def test_workers_racing_to_analyze__exactly_one_does():
+    _enqueue(3000)
+    _stats_caught_up(3000)
+    barrier = threading.Barrier(4)
+    answers: list[bool] = []
+
+    def call() -> None:
+        try:
+            barrier.wait(10)
+            answers.append(analyze_if_stale("default"))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(answers) == [False, False, False, True]

@@ -151,6 +151,8 @@ def analyze_if_stale(using: str) -> bool:
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_LOCK_KEY])
         if not cursor.fetchone()[0]:
             return False  # another worker analyzes it now
+        if not stale(read_stats(using)):
+            return False  # another worker analyzed it since the read above
         # SKIP_LOCKED: a lock on the table that ANALYZE waits for (a manual VACUUM,
         # CREATE INDEX, an ALTER) skips it, rather than stalling the housekeeping
         # thread (reaping, schedules, statistics) for as long as that lock is held.
