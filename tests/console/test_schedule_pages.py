@@ -221,3 +221,19 @@ def test_one_off_plan__is_not_edited_here(clients):
     assert response.status_code == 400
     assert "runs once: only cron plans are edited here" in response.content.decode()
     assert ScheduleJob.objects.get(name="once").cron == ""
+
+
+def test_list__shows_every_kind_of_log_entry(clients, nightly):
+    # A run now is logged with its time ("at"), a tick with the tick's, a plan whose
+    # cron never matches again with neither: the list shows each (it raised on the
+    # first and the last, a filter argument that was not there).
+    client = clients["permitted"]
+    assert client.post(url("schedule_action", nightly.name, "run")).status_code == 302
+    plan = ScheduleJob.objects.get()
+    assert [entry["outcome"] for entry in plan.log] == ["run_now"]
+    plan.log = [*plan.log, {"outcome": "finished", "message": "the cron never matches again"}]
+    plan.save(update_fields=["log"])
+    response = client.get(url("schedules"))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "run_now" in page and "finished" in page
