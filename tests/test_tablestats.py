@@ -74,6 +74,38 @@ def _claim_plan() -> str:
         return json.dumps(cursor.fetchone()[0])
 
 
+def _other_session(*, autocommit: bool) -> psycopg.Connection:
+    """A session of the test database of its own (another worker, a DBA)."""
+    settings = connection.settings_dict
+    return psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"] or 5432, user=settings["USER"],
+        dbname=settings["NAME"], autocommit=autocommit,
+    )  # fmt: skip
+
+
+def _analyze_in_threads(count: int, *, within_s: float) -> list[bool]:
+    """Call analyze_if_stale in ``count`` threads at once; each thread's answer, once
+    all returned within ``within_s`` seconds (else the test fails: one waited)."""
+    barrier = threading.Barrier(count)
+    answers: list[bool] = []
+
+    def call() -> None:
+        try:
+            barrier.wait(10)
+            answers.append(analyze_if_stale("default"))
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    threads = [threading.Thread(target=call) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + within_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(thread.is_alive() for thread in threads), "analyze_if_stale waited"
+    return answers
+
+
 @postgres_only
 def test_stale_statistics__are_analyzed_and_the_claim_then_reads_by_its_index():
     _enqueue(3000)
@@ -96,36 +128,6 @@ def test_few_changed_rows__no_analyze():
     _stats_caught_up(200)
     assert analyze_if_stale("default") is False
     assert _reltuples() == 3000
-
-
-@postgres_only
-def test_another_worker_analyzing__skipped_without_waiting():
-    _enqueue(3000)
-    _stats_caught_up(3000)
-    settings = connection.settings_dict
-    holder = psycopg.connect(
-        host=settings["HOST"], port=settings["PORT"] or 5432, user=settings["USER"],
-        dbname=settings["NAME"], autocommit=True,
-    )  # fmt: skip
-    try:
-        holder.execute("SELECT pg_advisory_lock(%s)", [tablestats._LOCK_KEY])
-        answers: list[bool] = []
-
-        def call() -> None:
-            try:
-                answers.append(analyze_if_stale("default"))
-            finally:
-                connections.close_all()  # this thread's own connection
-
-        caller = threading.Thread(target=call)
-        caller.start()
-        caller.join(30)
-        assert not caller.is_alive(), "analyze_if_stale waited for the other worker's lock"
-        assert answers == [False]
-    finally:
-        holder.execute("SELECT pg_advisory_unlock_all()")
-        holder.close()
-    assert analyze_if_stale("default") is True
 
 
 @postgres_only
@@ -167,39 +169,30 @@ def test_other_databases__nothing_is_read():
 
 
 @postgres_only
-def test_a_lock_on_the_table_that_the_analyze_waits_for__skipped_without_waiting():
-    # A manual VACUUM, CREATE INDEX (CONCURRENTLY) or an ALTER of the job table holds
-    # a lock ANALYZE waits for: the housekeeping thread that calls this (reaping,
-    # schedules, statistics) must not wait with it, for as long as that takes.
+@pytest.mark.parametrize(
+    "hold",
+    [
+        # another worker analyzes now: it holds the analyze's advisory lock
+        "SELECT pg_advisory_lock({key})",
+        # a manual VACUUM, CREATE INDEX (CONCURRENTLY) or ALTER holds a lock ANALYZE
+        # waits for: the housekeeping thread (reaping, schedules, statistics) must not
+        # wait with it for as long as that takes
+        'LOCK TABLE "{table}" IN SHARE UPDATE EXCLUSIVE MODE',
+    ],
+)
+def test_a_lock_held_elsewhere__skipped_without_waiting_then_analyzed(hold):
     _enqueue(3000)
     _stats_caught_up(3000)
-    settings = connection.settings_dict
-    holder = psycopg.connect(
-        host=settings["HOST"], port=settings["PORT"] or 5432, user=settings["USER"],
-        dbname=settings["NAME"],
-    )  # fmt: skip
+    holder = _other_session(autocommit=False)
     try:
-        holder.execute(f'LOCK TABLE "{Job._meta.db_table}" IN SHARE UPDATE EXCLUSIVE MODE')
-        answers: list[bool] = []
-
-        def call() -> None:
-            try:
-                answers.append(analyze_if_stale("default"))
-            finally:
-                connections.close_all()  # this thread's own connection
-
-        caller = threading.Thread(target=call)
-        caller.start()
-        caller.join(15)
-        assert not caller.is_alive(), "analyze_if_stale waited for a lock on the table"
-        assert answers == [False]
+        holder.execute(hold.format(key=tablestats._LOCK_KEY, table=Job._meta.db_table))
+        assert _analyze_in_threads(1, within_s=30) == [False]
     finally:
         holder.rollback()
+        holder.execute("SELECT pg_advisory_unlock_all()")
         holder.close()
-        caller.join(30)
     assert _reltuples() != 3000  # skipped: not analyzed
     assert analyze_if_stale("default") is True
-    assert _reltuples() == 3000
 
 
 @postgres_only
@@ -228,19 +221,4 @@ def test_a_failing_analyze__one_warning_then_a_long_pause(caplog):
 def test_workers_racing_to_analyze__exactly_one_does():
     _enqueue(3000)
     _stats_caught_up(3000)
-    barrier = threading.Barrier(4)
-    answers: list[bool] = []
-
-    def call() -> None:
-        try:
-            barrier.wait(10)
-            answers.append(analyze_if_stale("default"))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=call) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert sorted(answers) == [False, False, False, True]
+    assert sorted(_analyze_in_threads(4, within_s=60)) == [False, False, False, True]
