@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -399,14 +399,12 @@ def count_pickups(using: str, jobs: Sequence[Any]) -> None:
     The claim's time is ``started_at`` where the claim stored the start, else
     ``heartbeat_at`` (a foreman's claim stores the start later, as that same time).
     """
-    changes: dict[tuple[str, str], Counter[str]] = {}
+    changes: defaultdict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     for job in jobs:
         claimed_at = job.started_at or job.heartbeat_at
         if claimed_at is not None and job.run_at is not None:
             wait = max(0, int((claimed_at - job.run_at).total_seconds() * 1000))
-            change = changes.get((job.queue, job.job_type))
-            if change is None:
-                change = changes[(job.queue, job.job_type)] = Counter()
+            change = changes[(job.queue, job.job_type)]
             change["pickup_ms_sum"] += wait
             change[pickup_bucket_of(wait)] += 1
     process_stats.record_counts(using, changes)
@@ -417,7 +415,7 @@ def count_done(using: str, done: Sequence[tuple[Any, int | None]]) -> None:
     (a run time of None: from the job's ``started_at`` to now, as :func:`count_outcome`
     times it), grouped by queue and job type: what :func:`count_outcome` counts for
     each, with one buffer update per group."""
-    changes: dict[tuple[str, str], Counter[str]] = {}
+    changes: defaultdict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     now: datetime | None = None
     for job, ms in done:
         if ms is None:
@@ -425,9 +423,7 @@ def count_done(using: str, done: Sequence[tuple[Any, int | None]]) -> None:
             started = job.started_at
             ms = 0 if started is None else int((now - started).total_seconds() * 1000)
         duration = max(0, int(ms))
-        change = changes.get((job.queue, job.job_type))
-        if change is None:
-            change = changes[(job.queue, job.job_type)] = Counter()
+        change = changes[(job.queue, job.job_type)]
         change["done"] += 1
         change["duration_ms_sum"] += duration
         change[bucket_of(duration)] += 1
