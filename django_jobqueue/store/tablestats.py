@@ -103,7 +103,7 @@ def read_stats(using: str) -> TableStats:
     # PostgreSQL 17 lets a role that does not own a table analyze it with MAINTAIN.
     may = "pg_has_role(c.relowner, 'USAGE')"
     if getattr(connections[using], "pg_version", 0) >= 170000:
-        may = "pg_has_role(c.relowner, 'USAGE') OR has_table_privilege(c.oid, 'MAINTAIN')"
+        may += " OR has_table_privilege(c.oid, 'MAINTAIN')"
     sql = (
         "SELECT c.reltuples, s.n_mod_since_analyze, "
         "s.last_analyze IS NOT NULL OR s.last_autoanalyze IS NOT NULL, " + may + " "
@@ -142,8 +142,9 @@ def analyze_if_stale(using: str) -> bool:
     if not stats.owner:
         _not_owner.add(using)
         logger.info(
-            "the job table's statistics are stale and this database role may not analyze "
-            "it; claims may read the whole backlog until autovacuum does (docs/design.md)"
+            "the job table's statistics are stale and this database role may not analyze it; "
+            "claims may read the whole backlog until autovacuum does "
+            "(docs/design.md#claim-plan)"
         )
         return False
     table = connections[using].ops.quote_name(Job._meta.db_table)
