@@ -78,7 +78,8 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_MAX_MS": 3_600_000,
     "BACKOFF_JITTER": 0.25,
     # How long a dead letter stays (docs/design.md#ids); how long a done job keeps its
-    # id (docs/design.md#ids); how long prune keeps done jobs.
+    # id (docs/design.md#ids); how long prune keeps done jobs (0: a worker deletes a
+    # done job's row as it finishes, where nothing needs it: docs/design.md#retention).
     "KEEP": "7d",
     "DEDUPE": None,
     "RETENTION": "7d",

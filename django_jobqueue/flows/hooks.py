@@ -25,7 +25,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
-from .. import storage_sql
+from .. import storage_retention, storage_sql
 from ..models import Job, JobStatus
 from .endings import CANCELLED, Ended, ended, ended_of, linked, outcome_of
 from .reopen import reopen
@@ -66,8 +66,10 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
 
     The plain jobs are written as before, guarded by ``awaited = false``; the linked
     ones by the same statement in a transaction with their :func:`~.endings.ended`
-    (their batches' counts grow by one ``UPDATE`` per batch). Returns the pks
-    stored; a job not stored goes through ``storage.complete`` alone, as before.
+    (their batches' counts grow by one ``UPDATE`` per batch). With a retention of
+    zero, the plain jobs whose rows nothing needs are deleted instead
+    (:mod:`django_jobqueue.storage_retention`). Returns the pks stored; a job not
+    stored goes through ``storage.complete`` alone, as before.
     """
     # In pk order: the rows are locked in the order written, and an enqueue with
     # ``after`` locks its upstream rows in pk order (docs/workflows.md "Lock order").
@@ -75,6 +77,10 @@ def complete_rows(using: str, items: Sequence[tuple[Job, Any, timedelta | None]]
     plain = [item for item in ordered if not linked(item[0])]
     tied = [item for item in ordered if linked(item[0])]
     stored: set[int] = set()
+    if plain and not storage_retention.keeps_done():
+        gone = [item for item in plain if storage_retention.deletable(*item)]
+        stored |= storage_retention.delete_done_rows(using, [job for job, _r, _d in gone])
+        plain = [item for item in plain if item[0].pk not in stored]
     if plain:
         stored |= storage_sql.complete_rows(using, plain, plain=True)
     if tied:
