@@ -9,10 +9,10 @@ was about a fifth of the server's CPU per no-op job (docs/design.md#retention).
 
 A job is deleted only when nothing needs its row after its end (:func:`deletable`):
 no result to read, no id held past the end (``DEDUPE``), no unique key held after
-it (``while_locked``), no batch, workflow or dependent. The others are written
-``done`` as with any retention, and ``jobqueue prune`` deletes them later. Job
-statistics (``JobStat``) count every done job either way: the worker counts them
-as it stores them.
+it (``while_locked``), no batch, workflow or dependent, not a batch's callback. The
+others are written ``done`` as with any retention, and ``jobqueue prune`` deletes
+them later. Job statistics (``JobStat``) count every done job either way: the
+worker counts them as it stores them.
 
 The delete has the ``done`` update's guards: the row is still ``processing`` under
 the job's own lease token, no rerun was asked, and no dependent was enqueued while
@@ -36,6 +36,9 @@ from .store import unique
 
 __all__ = ["deletable", "delete_done_rows", "keeps_done"]
 
+#: ``Job.origin`` of a batch's callback (``batch:<pk>:<kind>``, flows.endings).
+CALLBACK_ORIGIN = "batch:"
+
 
 def keeps_done() -> bool:
     """Whether done jobs are kept (``JOBQUEUE["RETENTION"]`` above zero)."""
@@ -50,6 +53,10 @@ def deletable(job: Job, result: Any, dedupe: timedelta | None) -> bool:
     one's) apart; this checks the copy's own holds.
     """
     if result is not None or dedupe:
+        return False
+    if job.origin.startswith(CALLBACK_ORIGIN):
+        # A batch's callback: the repair pass makes again one whose row is gone
+        # within REPAIR_WINDOW (docs/workflows.md "Repair").
         return False
     return job.unique_key_hash is None or job.unique_mode == unique.UNTIL_EXECUTED
 

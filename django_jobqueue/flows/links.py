@@ -21,11 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import F, QuerySet
 
+from ..core.conf import get_config
 from ..core.exceptions import InvalidOption, InvalidRequest
 from ..models import (
     DEAD_STATUSES,
@@ -235,7 +237,12 @@ def create_linked(
             wait_many(
                 using,
                 [
-                    (pks[jid], {upstream[u][0]: upstream[u][1] for u in after}, policy)
+                    # A jid missing from ``upstream``: done and deleted (RETENTION 0).
+                    (
+                        pks[jid],
+                        {upstream[u][0]: upstream[u][1] for u in after if u in upstream},
+                        policy,
+                    )
                     for jid, (after, policy) in waiting
                 ],
             )
@@ -278,10 +285,14 @@ def _lock_upstream(using: str, jids: Sequence[str]) -> dict[str, tuple[int, str]
     and is looked up again by a locking read (which reads the latest rows), after
     the others are locked.
 
+    With ``JOBQUEUE["RETENTION"]`` zero a done job's row is deleted at its end
+    (docs/design.md#retention), so a jid that names no job is taken for one done
+    and is left out of the answer: a dependent waits for none of those.
+
     Raises
     ------
     InvalidRequest
-        If a jid names no job (it was never made, or was pruned).
+        If a jid names no job (it was never made, or was pruned), with a retention.
     """
     jobs = Job.objects.using(using)
     rows = jobs.filter(jid__in=list(jids)).order_by("pk")
@@ -294,7 +305,7 @@ def _lock_upstream(using: str, jids: Sequence[str]) -> dict[str, tuple[int, str]
         if late:
             found.update(_locked(jobs.filter(jid__in=late).order_by("pk")))
     missing = [jid for jid in jids if jid not in found]
-    if missing:
+    if missing and get_config().RETENTION > timedelta(0):
         raise InvalidRequest(f"after names jobs that do not exist: {missing[:5]}.")
     return found
 
