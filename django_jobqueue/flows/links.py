@@ -21,13 +21,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import F, QuerySet
 
-from ..core.conf import get_config
+from .. import storage_retention
 from ..core.exceptions import InvalidOption, InvalidRequest
 from ..models import (
     DEAD_STATUSES,
@@ -305,7 +304,7 @@ def _lock_upstream(using: str, jids: Sequence[str]) -> dict[str, tuple[int, str]
         if late:
             found.update(_locked(jobs.filter(jid__in=late).order_by("pk")))
     missing = [jid for jid in jids if jid not in found]
-    if missing and get_config().RETENTION > timedelta(0):
+    if missing and storage_retention.keeps_done():
         raise InvalidRequest(f"after names jobs that do not exist: {missing[:5]}.")
     return found
 
