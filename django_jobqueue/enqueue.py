@@ -308,20 +308,26 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     keyed_by_payload: dict[Any, bool] = {}
     max_bytes = get_config().MAX_PAYLOAD_BYTES
     plain_wait = pop_wait({})  # a job with no after waits for an open wait_for() block's
+    # The last plain job's queue and type objects and its template: a batch of one
+    # type (JobHandle.enqueue_many's) finds it by identity, hashing nothing per job.
+    last: tuple[Any, Any, JobSpec, bool, str] | None = None
     for index, job in enumerate(jobs):
         try:
             if type(job) is dict and len(job) <= 3 and job.keys() <= _PLAIN:
                 # The common job (a queue, a type, a payload, no option): its
                 # template's key without copying the mapping.
                 job_type = job.get("job_type")
-                payload = job.get("payload")
-                plain = (type(queue := job.get("queue")), queue, type(job_type), job_type, ())
+                queue = job.get("queue")
+                if last is not None and job_type is last[1] and queue is last[0]:
+                    specs.append(_from_template(last[2], job.get("payload"), *last[3:], max_bytes))
+                    waits.append(plain_wait)  # one per spec: create_linked zips them
+                    continue
+                plain = (type(queue), queue, type(job_type), job_type, ())
                 template = templates.get(plain) if _hashable(plain) else None
                 if template is not None:
-                    specs.append(
-                        _from_template(template, payload, keyed_by_payload[plain], max_bytes)
-                    )
-                    waits.append(plain_wait)  # one per spec: create_linked zips them
+                    last = (queue, job_type, template, keyed_by_payload[plain], _what(template))
+                    specs.append(_from_template(template, job.get("payload"), *last[3:], max_bytes))
+                    waits.append(plain_wait)
                     continue
             if not isinstance(job, Mapping):
                 raise InvalidRequest(
@@ -337,7 +343,11 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
             key = _template_key(queue, job_type, options)
             template = templates.get(key) if key is not None else None
             if template is not None:
-                specs.append(_from_template(template, payload, keyed_by_payload[key], max_bytes))
+                specs.append(
+                    _from_template(
+                        template, payload, keyed_by_payload[key], _what(template), max_bytes
+                    )
+                )
                 continue
             _check_options(options, _MANY_OPTIONS)
             spec = build_job(queue, job_type, payload, **options)
@@ -357,17 +367,23 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     return create_linked(specs, link, many=True, waits=waits) if specs else []
 
 
-def _from_template(template: JobSpec, payload: Any, keyed: bool, max_bytes: int) -> JobSpec:
+def _what(template: JobSpec) -> str:
+    """How an error names the payload of a job like ``template``."""
+    return f"The payload of a {template.job_type!r} job"
+
+
+def _from_template(
+    template: JobSpec, payload: Any, keyed: bool, what: str, max_bytes: int
+) -> JobSpec:
     """A job of a batch like ``template`` but for its ``payload`` (checked here, at
-    most ``max_bytes`` bytes of JSON) and, when ``keyed``, the partition key read from
-    that payload (docs/limits.md).
+    most ``max_bytes`` bytes of JSON, named ``what`` in an error: :func:`_what`) and,
+    when ``keyed``, the partition key read from that payload (docs/limits.md).
 
     Raises
     ------
     InvalidPayload
         If ``payload`` is not JSON or is over ``MAX_PAYLOAD_BYTES``.
     """
-    what = f"The payload of a {template.job_type!r} job"
     payload_json = json_text(payload, what, max_bytes=max_bytes)
     spec = template.with_payload(payload, payload_json)
     if keyed:

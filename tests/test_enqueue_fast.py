@@ -330,6 +330,20 @@ def test_enqueue_many__a_job_like_the_ones_before_it_is_still_checked(bad, error
     assert not Job.objects.exists()
 
 
+def test_enqueue_many__a_batch_of_one_type_checks_every_payload_and_names_its_index():
+    # The jobs after the second reuse the last template by identity (no hashing):
+    # each payload is still checked, and the error names the job's index.
+    from django_jobqueue.handle import JobHandle
+    from django_jobqueue.store.registry import get_job_description
+
+    payloads: list[object] = [{"n": n} for n in range(6)]
+    payloads[4] = {"n": float("nan")}
+    with pytest.raises(InvalidPayload, match=r"^jobs\[4\]: The payload of a ") as raised:
+        JobHandle(get_job_description(JOB_TYPE)).enqueue_many(payloads)
+    assert raised.value.index == 4
+    assert not Job.objects.exists()
+
+
 def test_enqueue_many__shared_options__each_job_its_own_payload_and_options():
     jobs = [
         {"queue": "q", "job_type": JOB_TYPE, "payload": {"n": 0}, "priority": 5},
