@@ -24,13 +24,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _open(page: Any, url: str) -> None:
     """Go to ``url``. The limits page refreshes itself (a meta refresh): on a busy
     machine that refresh can start while this navigation does and abort it
-    (``net::ERR_ABORTED``), so an aborted navigation is tried again, twice at most."""
+    (``net::ERR_ABORTED``, or "interrupted by another navigation" when the refresh
+    wins), so an aborted navigation is tried again, twice at most."""
     for attempt in range(3):
         try:
             page.goto(url)
             return
         except Exception as error:  # playwright's Error; playwright is imported lazily
-            if "ERR_ABORTED" not in str(error) or attempt == 2:
+            aborted = "ERR_ABORTED" in str(error) or "interrupted by another navigation" in str(
+                error
+            )
+            if not aborted or attempt == 2:
                 raise
 
 
