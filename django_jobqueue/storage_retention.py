@@ -30,14 +30,12 @@ from django.db import connections
 
 from .core import prepared
 from .core.conf import get_config
+from .core.origin import BATCH_CALLBACK
 from .models import Job, JobStatus
 from .storage_sql import _mysql_transaction
 from .store import unique
 
 __all__ = ["deletable", "delete_done_rows", "keeps_done"]
-
-#: ``Job.origin`` of a batch's callback (``batch:<pk>:<kind>``, flows.endings).
-CALLBACK_ORIGIN = "batch:"
 
 
 def keeps_done() -> bool:
@@ -54,7 +52,7 @@ def deletable(job: Job, result: Any, dedupe: timedelta | None) -> bool:
     """
     if result is not None or dedupe:
         return False
-    if job.origin.startswith(CALLBACK_ORIGIN):
+    if job.origin.startswith(BATCH_CALLBACK):
         # A batch's callback: the repair pass makes again one whose row is gone
         # within REPAIR_WINDOW (docs/workflows.md "Repair").
         return False

@@ -7,6 +7,7 @@ The job page shows it as "enqueued by" (docs/console.md "A job's story"). Its fo
   call stack: a few frame lookups, no query, no I/O.
 - ``gateway:<token name>``: a job enqueued through the HTTP gateway.
 - ``schedule:<plan name>``: a run of a schedule.
+- ``batch:<batch pk>:<kind>``: a batch's callback (:data:`BATCH_CALLBACK`).
 - ``console:<user>``, ``admin:<user>``, ``cli:<user>``: an operator's surface.
 - ``code``: the caller could not be told (an async twin's worker thread).
 
@@ -22,10 +23,12 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from types import FrameType
 
-__all__ = ["MAX_LENGTH", "current_origin", "enqueued_by"]
+__all__ = ["BATCH_CALLBACK", "MAX_LENGTH", "current_origin", "enqueued_by"]
 
 #: Characters of ``Job.origin``; a longer origin is cut.
 MAX_LENGTH = 200
+#: The origin's prefix of a batch's callback, ``batch:<batch pk>:<kind>``.
+BATCH_CALLBACK = "batch:"
 
 _origin: ContextVar[str | None] = ContextVar("django_jobqueue_origin", default=None)
 

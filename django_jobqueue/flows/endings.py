@@ -37,7 +37,7 @@ from django.db import connections
 from django.db.models import Case, Exists, F, OuterRef, Subquery, When
 
 from ..core.dbclock import Now
-from ..core.origin import enqueued_by
+from ..core.origin import BATCH_CALLBACK, enqueued_by
 from ..enqueue import enqueue_job
 from ..models import DEAD_STATUSES, Batch, Dependency, Job, JobStatus, Workflow
 from ..store import unique
@@ -399,7 +399,7 @@ def make_callback(using: str, batch: Batch, kind: str) -> str:
     # A callback joins no batch block and waits for no wait_for() block open here.
     token, after = current.set_block(None), current.set_after(None)
     try:
-        with enqueued_by(f"batch:{batch.pk}:{kind}"):
+        with enqueued_by(f"{BATCH_CALLBACK}{batch.pk}:{kind}"):
             result = enqueue_job(queue, spec["job_type"], payload, **options)
     finally:
         current.reset_after(after)
