@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import threading
+from typing import Any
 
 import pytest
-from django.db import connections
 from django.test import override_settings
 
 import django_jobqueue as jq
 from django_jobqueue import enqueue_job, storage
 from django_jobqueue.flows.repair import repair
 from django_jobqueue.models import Job, JobStatus
+from tests.no_duplicate_helpers import race_threads
 from tests.workers_helpers import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,27 +64,14 @@ def race_once() -> str:
     """End a running job and enqueue a job after it at once; return the dependent's jid."""
     upstream = enqueue_job("default", "flows.noop", {})
     [job] = storage.claim("default", owner="t", limit=1, queues=["default"])
-    start = threading.Barrier(2)
-    dependents: list[str] = []
 
-    def end() -> None:
-        try:
-            start.wait()
-            assert storage.complete_many([(job, None)]) == [True]
-        finally:
-            connections.close_all()
+    def racer(i: int) -> Any:
+        if i == 0:
+            return storage.complete_many([(job, None)])
+        return enqueue_job("deps", "flows.noop", {}, after=[upstream.jid])
 
-    def wait() -> None:
-        try:
-            start.wait()
-            dependents.append(enqueue_job("deps", "flows.noop", {}, after=[upstream.jid]).jid)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=end), threading.Thread(target=wait)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    [jid] = dependents
-    return jid
+    race = race_threads(2, racer)
+    assert not race.errors, race.errors
+    ended, dependent = race.outcomes
+    assert ended == [True]
+    return dependent.jid
