@@ -32,7 +32,7 @@ from .core import prepared
 from .core.conf import get_config
 from .core.origin import BATCH_CALLBACK
 from .models import Job, JobStatus
-from .storage_sql import _mysql_transaction
+from .storage_sql import _mysql_transaction, lock_owned, owned_where
 from .store import unique
 
 __all__ = ["deletable", "delete_done_rows", "keeps_done"]
@@ -85,24 +85,10 @@ def delete_done_rows(using: str, jobs: Sequence[Job]) -> set[int]:
         with prepared.cursor(conn) as cursor:  # the same text every flush
             cursor.execute(sql, [*params, JobStatus.PROCESSING])
             return {row[0] for row in cursor.fetchall()}
-    ordered = sorted(jobs, key=lambda job: job.pk)
-    pks = [job.pk for job in ordered]
-    marks = ", ".join(["%s"] * len(pks))
-    tokens = " ".join("WHEN %s THEN %s" for _ in ordered)
-    where = (
-        f"WHERE id IN ({marks}) AND status = %s AND rerun = %s AND awaited = %s "
-        f"AND lease_token = CASE id {tokens} END"
-    )
-    params = [*pks, JobStatus.PROCESSING, False, False]
-    for job in ordered:
-        params += [job.pk, job.lease_token]
+    where, params = owned_where(sorted(jobs, key=lambda job: job.pk), plain=True)
     if conn.vendor == "mysql":
         with _mysql_transaction(using), conn.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id FROM {table} FORCE INDEX (PRIMARY) {where} ORDER BY id FOR UPDATE",
-                params,
-            )
-            owned = {row[0] for row in cursor.fetchall()}
+            owned = lock_owned(cursor, table, where, params)
             if owned:
                 mine = ", ".join(["%s"] * len(owned))
                 cursor.execute(f"DELETE FROM {table} WHERE id IN ({mine})", sorted(owned))

@@ -55,6 +55,8 @@ __all__ = [
     "claimed",
     "order",
     "complete_rows",
+    "lock_owned",
+    "owned_where",
     "supported",
 ]
 
@@ -521,39 +523,50 @@ def complete_rows(
         params += freed
     sets.append("unique_key_hash = CASE WHEN unique_mode = %s THEN NULL ELSE unique_key_hash END")
     params.append(unique.UNTIL_EXECUTED)
-    pks = [job.pk for job, _r, _d in items]
-    tokens = " ".join("WHEN %s THEN %s" for _ in items)
-    guard = f"status = %s AND rerun = %s AND lease_token = CASE id {tokens} END"
-    guard_params: list[Any] = [JobStatus.PROCESSING, False]
-    if plain:
-        guard = f"awaited = %s AND {guard}"
-        guard_params.insert(0, False)
-    for job, _r, _d in items:
-        guard_params += [job.pk, job.lease_token]
-    where = f"WHERE id IN ({_in(pks)}) AND {guard}"
+    where, guard_params = owned_where([job for job, _r, _d in items], plain=plain)
     if vendor == "mysql":
-        # By the primary key, in pk order, as an enqueue with ``after`` locks its
-        # upstream rows (docs/workflows.md "Lock order"): left to itself, InnoDB
-        # scans the lease index (status, lease_expires_at) and locks in lease
-        # order, and every other worker's running row on its way.
         with _mysql_transaction(using), conn.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id FROM {table} FORCE INDEX (PRIMARY) {where} ORDER BY id FOR UPDATE",
-                [*pks, *guard_params],
-            )
-            owned = {row[0] for row in cursor.fetchall()}
+            owned = lock_owned(cursor, table, where, guard_params)
             if owned:
                 cursor.execute(
                     f"UPDATE {table} FORCE INDEX (PRIMARY) SET {', '.join(sets)} {where}",
-                    [*params, *pks, *guard_params],
+                    [*params, *guard_params],
                 )
         return owned
     with conn.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET {', '.join(sets)} {where} RETURNING id",
-            [*params, *pks, *guard_params],
+            [*params, *guard_params],
         )
         return {row[0] for row in cursor.fetchall()}
+
+
+def owned_where(jobs: Sequence[Job], *, plain: bool) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause (and its parameters) of the rows of ``jobs`` still owned: each
+    ``processing`` under its job's own lease token, no rerun asked and, when ``plain``,
+    ``awaited`` still false (:func:`complete_rows`'s guards, for MySQL and SQLite)."""
+    pks = [job.pk for job in jobs]
+    params: list[Any] = [*pks, *([False] if plain else []), JobStatus.PROCESSING, False]
+    for job in jobs:
+        params += [job.pk, job.lease_token]
+    tokens = " ".join("WHEN %s THEN %s" for _ in jobs)
+    awaited = "awaited = %s AND " if plain else ""
+    guard = f"{awaited}status = %s AND rerun = %s AND lease_token = CASE id {tokens} END"
+    return f"WHERE id IN ({_in(pks)}) AND {guard}", params
+
+
+def lock_owned(cursor: Any, table: str, where: str, params: list[Any]) -> set[int]:
+    """MySQL/MariaDB: lock the rows ``where`` selects (:func:`owned_where`); return their pks.
+
+    By the primary key, in pk order, as an enqueue with ``after`` locks its upstream
+    rows (docs/workflows.md "Lock order"): left to itself, InnoDB scans the lease index
+    (status, lease_expires_at) and locks in lease order, and every other worker's
+    running row on its way.
+    """
+    cursor.execute(
+        f"SELECT id FROM {table} FORCE INDEX (PRIMARY) {where} ORDER BY id FOR UPDATE", params
+    )
+    return {row[0] for row in cursor.fetchall()}
 
 
 def _complete_rows_pg(

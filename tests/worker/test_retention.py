@@ -46,12 +46,11 @@ def test_rows_something_needs_stay_done_and_the_rest_go() -> None:
     Job.objects.filter(jid=executed.jid).update(unique_mode="until_executed")
     for i in range(4):
         enqueue_job("default", "flows.noop", {"label": str(i)})
-    jobs = []
-    for queue in ("ids", "ids-plain", "default"):
-        jobs += storage.claim("default", owner="t", limit=10, queues=[queue])
+    queues = ["ids", "ids-plain", "default"]
+    rest = {job.jid: job for job in storage.claim("default", owner="t", limit=20, queues=queues)}
+    by_id = {job.job_id: jid for jid, job in rest.items() if job.job_id is not None}
     by_name: dict[str, Any] = {}
-    by_name["held_id"], by_name["freed_id"] = jobs[0], jobs[1]
-    rest = {job.jid: job for job in jobs[2:]}
+    by_name["held_id"], by_name["freed_id"] = rest.pop(by_id["kept"]), rest.pop(by_id["freed"])
     by_name["locked"], by_name["executed"] = rest.pop(locked.jid), rest.pop(executed.jid)
     by_name["result"], by_name["awaited"], by_name["plain"], by_name["stolen"] = rest.values()
     Job.objects.filter(pk=by_name["stolen"].pk).update(lease_token="someone-else")
