@@ -144,3 +144,9 @@ def test_async_stop__a_running_async_job_is_handed_back_unlost():
     assert job.status in (JobStatus.INIT, JobStatus.RETRY)
     assert job.lease_token == ""
     assert foreman.stats.get("handed_back") == 1
+
+
+def test_a_sync_handler_returning_a_coroutine__is_awaited_and_its_value_stored():
+    jid = enqueue_job(None, "worker.returns_awaitable", {"n": 7})["jid"]
+    assert drain(concurrency=2) == {"done": 1}
+    assert Job.objects.get(jid=jid).result == {"awaited": 7}

@@ -63,6 +63,18 @@ async def async_run(payload: Any, ctx: Any) -> str:
     return "async-ok"
 
 
+@job("worker.returns_awaitable", max_retry=0)
+def returns_awaitable(payload: Any, ctx: Any) -> Any:
+    """A plain ``def`` that returns a coroutine (as a wrapped ``async def`` may): the
+    worker awaits it and stores what it returns."""
+
+    async def value() -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return {"awaited": payload["n"]}
+
+    return value()
+
+
 _limited_lock = threading.Lock()
 _limited_active = 0
 #: Most worker.limited jobs seen running at once in this process.
