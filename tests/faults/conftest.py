@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,13 +133,17 @@ class FaultDatabase:
     def url(self) -> str:
         return self.server.url(self.name)
 
-    def env(self, **extra: str) -> dict[str, str]:
-        """The environment of a subprocess (worker, helper) on this database."""
+    def env(self, *, jobqueue: Mapping[str, object] | None = None, **extra: str) -> dict[str, str]:
+        """The environment of a subprocess (worker, helper) on this database.
+
+        ``jobqueue``: its ``JOBQUEUE`` setting (tests/settings.py reads it from
+        ``JOBQUEUE_TEST_JOBQUEUE``); default: the app's defaults.
+        """
         return {
             **os.environ,
             "DATABASE_URL": self.url,
             "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "JOBQUEUE_TEST_JOBQUEUE": "{}",
+            "JOBQUEUE_TEST_JOBQUEUE": json.dumps(dict(jobqueue or {})),
             "JOBQUEUE_TEST_PGBOUNCER": "",
             "PYTHONUNBUFFERED": "1",
             **extra,
@@ -156,13 +160,16 @@ class FaultDatabase:
         except Exception:  # noqa: BLE001 (restarting: the caller asks again)
             return None
 
-    def start_workers(self, *args: str, log: Path) -> subprocess.Popen[str]:
-        """Start ``python -m django runworkers *args`` here, its output into ``log``."""
+    def start_workers(
+        self, *args: str, log: Path, jobqueue: Mapping[str, object] | None = None
+    ) -> subprocess.Popen[str]:
+        """Start ``python -m django runworkers *args`` here, its output into ``log``;
+        ``jobqueue``: the workers' ``JOBQUEUE`` setting (as :meth:`env`)."""
         with log.open("w") as out:
             return subprocess.Popen(  # noqa: S603 (our own interpreter and command)
                 [sys.executable, "-m", "django", "runworkers", *args],
                 cwd=ROOT,
-                env=self.env(),
+                env=self.env(jobqueue=jobqueue),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 text=True,

@@ -4,11 +4,12 @@
 ``worker.sleep`` jobs of SECONDS each and prints their jids as one JSON list;
 ``enqueue-record COUNT`` does the same with ``worker.record`` jobs (result
 ``{"label": "<i>"}``); ``report`` prints one JSON object: ``statuses`` (jobs by
-status), ``runs`` (RunRecord rows by jid), ``doubles`` (by jid of a job that ran
-more than once: ``[attempt, worker, started]`` of each run), ``results_missing`` (done jobs without
-their result) and ``pickup_s`` (by jid: first run start minus enqueue time, s). All
-act on the database ``DATABASE_URL`` names (tests/settings.py), which the fault
-fixtures point at a database of their own on a fault server.
+status), ``done_types`` (done jobs by job type), ``runs`` (RunRecord rows by jid),
+``doubles`` (by jid of a job that ran more than once: ``[attempt, worker, started]``
+of each run), ``results_missing`` (done jobs without their result) and ``pickup_s``
+(by jid: first run start minus enqueue time, s). All act on the database
+``DATABASE_URL`` names (tests/settings.py), which the fault fixtures point at a
+database of their own on a fault server.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def main(argv: list[str]) -> int:
         }
         report = {
             "statuses": dict(statuses),
+            "done_types": dict(
+                Counter(Job.objects.filter(status="done").values_list("job_type", flat=True))
+            ),
             "doubles": doubles,
             "runs": dict(runs),
             "results_missing": missing,
