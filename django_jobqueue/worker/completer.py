@@ -30,9 +30,25 @@ from ..core.reconnect import close_dead, in_one_line, unreachable
 from ..models import Job
 from .connections import recycle_connections
 
-__all__ = ["Completer"]
+__all__ = ["DEFAULT_MAX_BATCH", "MAX_BATCH", "Completer", "max_batch_for"]
 
 logger = logging.getLogger(__name__)
+
+#: Most done outcomes in one write, by database vendor (:func:`max_batch_for`).
+#: PostgreSQL's statement binds arrays, a fixed number of parameters for any batch:
+#: 256 rather than 64 took about a seventh off PostgreSQL's CPU and a tenth off the
+#: workers' per no-op job in a 2 x 12 drain with a large prefetch (README "Speed").
+#: MySQL's and SQLite's statements grow by about six parameters a job, and SQLite
+#: builds may allow no more than 999 in all: they stay at 64.
+MAX_BATCH = {"postgresql": 256}
+#: Most done outcomes in one write on any other vendor.
+DEFAULT_MAX_BATCH = 64
+
+
+def max_batch_for(vendor: str) -> int:
+    """The most done outcomes one write of a ``vendor`` database takes (:data:`MAX_BATCH`)."""
+    return MAX_BATCH.get(vendor, DEFAULT_MAX_BATCH)
+
 
 #: Called with True once the job's outcome is stored, False if its lease was lost.
 Callback = Callable[[bool], None]
@@ -55,7 +71,11 @@ class Completer:
     """
 
     def __init__(
-        self, *, busy: Callable[[], int], max_batch: int = 64, max_wait_ms: float = 2.0
+        self,
+        *,
+        busy: Callable[[], int],
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_wait_ms: float = 2.0,
     ) -> None:
         self._busy = busy
         self.max_batch = max(1, max_batch)

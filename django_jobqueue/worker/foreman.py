@@ -62,7 +62,7 @@ from ..store.registry import registered_job_types
 from . import wakeup
 from .aio import ForemanAsync
 from .claims import ForemanClaims
-from .completer import Completer
+from .completer import Completer, max_batch_for
 from .governor import Governor
 from .housekeeping import ForemanThreads
 from .middleware import Middleware, load_middleware
@@ -162,7 +162,14 @@ class Foreman(ForemanSlots, ForemanClaims, ForemanThreads, ForemanAsync):
         #: Gateway job types (``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``): they have no
         #: Python handler, so this foreman never claims them; gateway workers do.
         self.external_types = frozenset(get_config().GATEWAY.JOB_TYPES)
-        self.completer = Completer(busy=self._busy_count) if options.batch_completions else None
+        self.completer = (
+            Completer(
+                busy=self._busy_count,
+                max_batch=max_batch_for(connections[self.using].vendor),
+            )
+            if options.batch_completions
+            else None
+        )
         #: Claimed jobs no slot took yet, in claim order (the in-memory hand-off).
         self._inbox: collections.deque[_Running] = collections.deque()
         #: Taking a held job and withdrawing it (to go back) exclude each other.

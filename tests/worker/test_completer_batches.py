@@ -1,0 +1,56 @@
+"""How many done outcomes one completer write takes, by vendor
+(django_jobqueue/worker/completer.py, ``MAX_BATCH``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from django_jobqueue import enqueue_many, storage
+from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.worker.completer import Completer, max_batch_for
+from django_jobqueue.worker.foreman import Foreman
+from django_jobqueue.worker.options import ForemanOptions
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: PostgreSQL's write binds arrays: a larger batch; the others' statements grow per job.
+EXPECTED = {"postgresql": 256, "mysql": 64, "sqlite": 64}
+
+
+def test_foreman__its_completer_takes_its_vendors_batch() -> None:
+    run = Foreman(ForemanOptions(burst=True))
+    assert run.completer is not None
+    assert run.completer.max_batch == max_batch_for(connection.vendor)
+    assert max_batch_for(connection.vendor) == EXPECTED[connection.vendor]
+
+
+def test_completer__writes_a_full_batch_at_once_then_the_rest_when_closed() -> None:
+    # With a handler still running (busy 1) and a wait longer than the test, the
+    # completer's thread writes only when a whole batch waits; close() writes the rest.
+    size = max_batch_for(connection.vendor)
+    count = size + 40
+    enqueue_many([{"job_type": "maint.noop"}] * count)
+    jobs = storage.claim("default", owner="w", limit=count, lease_ms=60_000)
+    assert len(jobs) == count
+    running = threading.Event()
+    running.set()
+    completer = Completer(
+        busy=lambda: 1 if running.is_set() else 0, max_batch=size, max_wait_ms=60_000
+    )
+    completer.start()
+    stored: list[bool] = []
+    for job in jobs:
+        completer.submit(job, None, stored.append)
+    deadline = time.monotonic() + 30
+    while completer.written < size and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (completer.flushes, completer.written) == (1, size)
+    running.clear()
+    completer.close()
+    assert (completer.flushes, completer.written) == (2, count)
+    assert stored == [True] * count
+    assert Job.objects.filter(status=JobStatus.DONE).count() == count
