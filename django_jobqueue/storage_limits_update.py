@@ -14,7 +14,7 @@ from django.db import connections
 from . import storage_sql
 from .models import Job, JobStatus, LimitState
 from .storage_limits_sql import RUNNING, Pair, Target, key_sql
-from .store import unique
+from .store import jobrows, unique
 from .store.flights import Sql
 
 __all__ = ["keyed_claim_statement", "update_statements"]
@@ -74,7 +74,7 @@ def keyed_claim_statement(
     )
     return Sql(
         f"{update} WHERE id IN ({admitted}) AND waiting = %s "
-        f"RETURNING {storage_sql._columns(using)}",
+        f"RETURNING {jobrows.job_columns(using)}",
         [*update_params, *params, True],
         prepare=True,
     )
@@ -113,7 +113,7 @@ def update_statements(
     update, params = _update_sql(using, owner, token, lease, started)
     sql = f"{update} WHERE id IN ({_in(ids)}) AND waiting = %s"
     params = [*params, *ids, True]
-    columns = storage_sql._columns(using)
+    columns = jobrows.job_columns(using)
     if vendor == "mysql":
         statements.append(Sql(sql, params))
         statements.append(Sql(f"SELECT {columns} FROM {table} WHERE id IN ({_in(ids)})", ids))

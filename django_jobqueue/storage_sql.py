@@ -41,13 +41,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models.base import ModelState
-from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
 from .core import prepared
 from .models import Job, JobStatus, QueuePause
 from .store import claimfloor, unique
+from .store.jobrows import job_columns, jobs_of_rows
 
 __all__ = [
     "claim_rows",
@@ -71,62 +70,8 @@ def supported(using: str) -> bool:
     return conn.vendor in _FAST_VENDORS
 
 
-@functools.cache
-def _table() -> tuple[str, list[Any]]:
-    fields = list(Job._meta.concrete_fields)
-    return Job._meta.db_table, fields
-
-
 def _q(using: str, name: str) -> str:
     return connections[using].ops.quote_name(name)
-
-
-@functools.cache
-def _columns(using: str) -> str:
-    _t, fields = _table()
-    return ", ".join(_q(using, f.column) for f in fields)
-
-
-def _converters(using: str) -> list[tuple[int, list[Any], Any]]:
-    # What SQLCompiler.get_converters does for a model's own columns; cached on the
-    # connection wrapper (converters are per backend, and so per alias).
-    conn = connections[using]
-    cached = getattr(conn, "_jq_job_converters", None)
-    if cached is None:
-        table, fields = _table()
-        cached = []
-        for i, field in enumerate(fields):
-            col = field.get_col(table)
-            convs = conn.ops.get_db_converters(col) + field.get_db_converters(conn)
-            if convs:
-                cached.append((i, convs, col))
-        conn._jq_job_converters = cached  # type: ignore[attr-defined]
-    return cached
-
-
-def _jobs(using: str, rows: Sequence[Sequence[Any]]) -> list[Job]:
-    _t, fields = _table()
-    names = [f.attname for f in fields]
-    converters = _converters(using)
-    conn = connections[using]
-    # Model.__init__ was a twelfth of a no-op job's CPU: unneeded without init receivers.
-    plain = not (pre_init.has_listeners(Job) or post_init.has_listeners(Job))
-    jobs = []
-    for row in rows:
-        values = list(row)
-        for i, convs, col in converters:
-            value = values[i]
-            if value is not None:  # NULL stays None: no converter of Job maps it
-                for conv in convs:
-                    value = conv(value, col, conn)
-                values[i] = value
-        if not plain:
-            jobs.append(Job.from_db(using, names, values))
-            continue
-        jobs.append(job := Job.__new__(Job))
-        job.__dict__.update(zip(names, values, strict=True), _state=ModelState())
-        job._state.adding, job._state.db = False, using
-    return jobs
 
 
 def _sqlite_now(using: str, plus: timedelta | None = None) -> str:
@@ -212,7 +157,7 @@ def claim_rows(
     with prepared.cursor(connections[using]) as cursor:  # the same text each claim
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    jobs = order(_jobs(using, rows))
+    jobs = order(jobs_of_rows(using, rows))
     if vendor == "postgresql":
         first = (jobs[0].priority, jobs[0].run_at, jobs[0].pk) if jobs else None
         took_ms = (time.perf_counter() - began) * 1000
@@ -295,7 +240,7 @@ def claim_statement(
 
 def claimed(using: str, rows: Sequence[Sequence[Any]]) -> list[Job]:
     """The jobs of the rows a :func:`claim_statement` returned, in claim order."""
-    return order(_jobs(using, rows))
+    return order(jobs_of_rows(using, rows))
 
 
 def _claim_statement(
@@ -340,7 +285,7 @@ def _claim_statement(
         f"lease_owner = %s, lease_token = %s, lease_expires_at = {lease_sql}, {times}, "
         f"{release} WHERE {guard}id {pick}SELECT id FROM {table} "
         f"WHERE waiting = TRUE AND run_at <= {now}{filters} "
-        f"ORDER BY priority, run_at, id LIMIT %s{picked} RETURNING {_columns(using)}"
+        f"ORDER BY priority, run_at, id LIMIT %s{picked} RETURNING {job_columns(using)}"
     )
     params = [
         JobStatus.PROCESSING,
@@ -405,7 +350,7 @@ def _claim_mysql(
 ) -> list[Job]:
     table = _q(using, Job._meta.db_table)
     select = (
-        f"SELECT {_columns(using)}, CURRENT_TIMESTAMP(6) FROM {table} "
+        f"SELECT {job_columns(using)}, CURRENT_TIMESTAMP(6) FROM {table} "
         f"WHERE waiting = %s AND run_at <= CURRENT_TIMESTAMP(6){filters} "
         "ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
     )
@@ -434,7 +379,7 @@ def _claim_mysql(
                 *ids,
             ],
         )
-    jobs = _jobs(using, [row[:-1] for row in rows])
+    jobs = jobs_of_rows(using, [row[:-1] for row in rows])
     aware = _jobs_time(using, now)
     for job in jobs:
         job.status = JobStatus.PROCESSING

@@ -1,5 +1,5 @@
 """The claim's rows become the same ``Job`` objects a query returns, built with or
-without ``Model.__init__`` (``storage_sql._jobs``)."""
+without ``Model.__init__`` (``store.jobrows.jobs_of_rows``)."""
 
 from __future__ import annotations
 
@@ -49,3 +49,16 @@ def test_post_init_receivers__still_see_every_claimed_job():
     assert set(seen) >= {job.pk for job in claimed}
     for job in claimed:
         assert _fields(job) == _fields(Job.objects.get(pk=job.pk))
+
+
+def test_claimed_jobs__empty_json_texts_are_new_objects_each() -> None:
+    # A new job's errors column holds "[]": each claimed job gets a list of its own
+    # (store.jobrows answers "[]" and "{}" without json.loads), not one shared list.
+    enqueue_job(None, "maint.noop", {})
+    enqueue_job(None, "maint.noop", {})
+    first, second = claim("default", owner="w", limit=2)
+    assert first.errors == [] and second.errors == []
+    assert first.payload == {} and second.payload == {}
+    first.errors.append("x")
+    first.payload["y"] = 1
+    assert second.errors == [] and second.payload == {}
