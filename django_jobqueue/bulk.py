@@ -97,7 +97,7 @@ def create_many(specs: Sequence[JobSpec], *, refuse_held_ids: bool = False) -> l
     results = locks.retry_when_locked(
         using, _create, specs, timeout_ms, refuse_held_ids, timeout_ms=timeout_ms
     )
-    if "deduplicated" in {result["status"] for result in results}:  # none without holds
+    if any(result["status"] == "deduplicated" for result in results):
         count_deduplicated(specs, results)  # for the dedupe audit, written in batches
     return results
 
