@@ -219,9 +219,19 @@ def test_processes__a_sigterm_while_the_children_start_stops_them_all(after_s):
 
 def children_of(pid: int) -> set[int]:
     """The foreman processes of the supervisor ``pid`` (Linux /proc): its children
-    forked without an exec, so with its own command line. A helper a library runs
-    while Django starts (``ldconfig`` for ctypes, say) is a child too, but not one
-    of these: a SIGTERM then would meet runworkers before its supervisor runs."""
+    forked without an exec, so with its own command line, in two looks 50 ms apart.
+    A helper a library runs while Django starts (``ldconfig`` for ctypes, say) is a
+    child too, and has that command line from its fork to its exec: the second look
+    leaves it out (a SIGTERM then would meet runworkers before its supervisor runs)."""
+    found = _forked_children(pid)
+    if found:
+        time.sleep(0.05)
+        found &= _forked_children(pid)
+    return found
+
+
+def _forked_children(pid: int) -> set[int]:
+    """The children of ``pid`` whose command line is its own, now."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as own:
             cmdline = own.read()
