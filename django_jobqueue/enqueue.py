@@ -11,7 +11,7 @@ arguments into a :class:`~django_jobqueue.store.managers.JobSpec` (the checks of
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -257,9 +257,12 @@ def _check_options(options: dict[str, Any], allowed: frozenset[str]) -> None:
 def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     """Enqueue a batch of jobs, all or nothing; inside ``transaction.atomic()`` it joins it.
 
-    Every job is validated before anything is written. Ids and unique keys are
-    deduplicated against the table and within the batch (the first job of the batch
-    that carries an id or key takes it), under all the batch's creation locks taken
+    All or nothing: an invalid job raises, and nothing is written. A list of more than
+    ``bulk.STREAM_ROWS`` jobs without links, ids or unique keys is streamed on
+    PostgreSQL (validated and sent a chunk at a time, in one transaction:
+    docs/design.md#bulk-stream); every other batch is validated whole first. Ids and
+    unique keys are deduplicated against the table and within the batch (the first job
+    of the batch that carries an id or key takes it), under all the batch's creation locks taken
     once in sorted order; the rows go in by multi-row INSERTs; each queue with a due
     job gets one wake-up when the transaction commits (:mod:`django_jobqueue.bulk`).
 
@@ -294,12 +297,57 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
 
     Implements: docs/design.md#unique-keys, docs/design.md#creation.
     """
-    from .bulk import create_many  # deferred: it needs the models at call time only
+    from .bulk import create_many, create_streamed  # deferred: needs the models at call time
 
     check_batch(jobs, "jobs")
-    specs = []
     batches: set[Any] = set()
     waits: list[Any] = []  # per job: (upstream jids, policy) or None (docs/workflows.md)
+    plain_wait = pop_wait({})  # a job with no after waits for an open wait_for() block's
+    specs = _validated(jobs, batches, waits, plain_wait)
+    if plain_wait is None and open_block() is None and _streamable(jobs):
+        # No job of the batch links to another: its chunks are validated and sent
+        # in turn, the database inserting one while the next is validated.
+        return create_streamed(specs)
+    specs = list(specs)
+    if len(batches) > 1:
+        raise InvalidRequest("jobs: every job of one enqueue_many joins the same batch.")
+    link = pop_link({"batch": batches.pop()}) if batches else None
+    if link is None and open_block() is None and not any(waits):
+        return create_many(specs)
+    return create_linked(specs, link, many=True, waits=waits) if specs else []
+
+
+#: Options that keep a batch of :func:`enqueue_many` from streaming: links, ids, keys.
+_NOT_STREAMED = frozenset({"batch", "after", "on_upstream_failure", "job_id", "unique_key"})
+
+
+def _streamable(jobs: Any) -> bool:
+    """Whether :func:`enqueue_many` may stream ``jobs`` (docs/design.md#bulk-stream):
+    a list or tuple of more than one statement's jobs, each a dict without a link,
+    an id or a unique key (those are placed under the batch's locks, from one read
+    of their holders before any row is written)."""
+    from .bulk import STREAM_ROWS
+
+    return (
+        isinstance(jobs, list | tuple)
+        and len(jobs) > STREAM_ROWS
+        and all(type(job) is dict and _NOT_STREAMED.isdisjoint(job) for job in jobs)
+    )
+
+
+def _validated(
+    jobs: Iterable[Any], batches: set[Any], waits: list[Any], plain_wait: Any
+) -> Iterator[JobSpec]:
+    """The validated spec of each of ``jobs``, in order, as :func:`enqueue_many` reads
+    them; each job's ``batch`` is added to ``batches`` and its wait appended to
+    ``waits`` as its spec is yielded (``plain_wait`` for a job without ``after``).
+
+    Raises
+    ------
+    JobQueueError
+        Those of :func:`enqueue_many`, with the job's ``index`` and a message that
+        starts ``jobs[<index>]: ``, when the invalid job is reached.
+    """
     # Jobs of a batch mostly share their type, queue and options: those are validated
     # once per distinct set (keyed with their types, so 1 and True stay apart), and
     # each job's payload on its own. A job with an id or a key is validated whole.
@@ -307,7 +355,6 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     #: Per template: whether each job's limit key is read from its own payload.
     keyed_by_payload: dict[Any, bool] = {}
     max_bytes = get_config().MAX_PAYLOAD_BYTES
-    plain_wait = pop_wait({})  # a job with no after waits for an open wait_for() block's
     # The last plain job's queue and type objects and its template: a batch of one
     # type (JobHandle.enqueue_many's) finds it by identity, hashing nothing per job.
     last: tuple[Any, Any, JobSpec, bool, str] | None = None
@@ -319,15 +366,15 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
                 job_type = job.get("job_type")
                 queue = job.get("queue")
                 if last is not None and job_type is last[1] and queue is last[0]:
-                    specs.append(_from_template(last[2], job.get("payload"), *last[3:], max_bytes))
                     waits.append(plain_wait)  # one per spec: create_linked zips them
+                    yield _from_template(last[2], job.get("payload"), *last[3:], max_bytes)
                     continue
                 plain = (type(queue), queue, type(job_type), job_type, ())
                 template = templates.get(plain) if _hashable(plain) else None
                 if template is not None:
                     last = (queue, job_type, template, keyed_by_payload[plain], _what(template))
-                    specs.append(_from_template(template, job.get("payload"), *last[3:], max_bytes))
                     waits.append(plain_wait)
+                    yield _from_template(template, job.get("payload"), *last[3:], max_bytes)
                     continue
             if not isinstance(job, Mapping):
                 raise InvalidRequest(
@@ -343,10 +390,8 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
             key = _template_key(queue, job_type, options)
             template = templates.get(key) if key is not None else None
             if template is not None:
-                specs.append(
-                    _from_template(
-                        template, payload, keyed_by_payload[key], _what(template), max_bytes
-                    )
+                yield _from_template(
+                    template, payload, keyed_by_payload[key], _what(template), max_bytes
                 )
                 continue
             _check_options(options, _MANY_OPTIONS)
@@ -354,17 +399,11 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
             if key is not None:
                 templates[key] = spec
                 keyed_by_payload[key] = "limit_key" not in options and _keyed_by_payload(spec)
-            specs.append(spec)
         except JobQueueError as exc:
             exc.args = (f"jobs[{index}]: {exc.args[0] if exc.args else exc}", *exc.args[1:])
             exc.index = index  # type: ignore[attr-defined]
             raise
-    if len(batches) > 1:
-        raise InvalidRequest("jobs: every job of one enqueue_many joins the same batch.")
-    link = pop_link({"batch": batches.pop()}) if batches else None
-    if link is None and open_block() is None and not any(waits):
-        return create_many(specs)
-    return create_linked(specs, link, many=True, waits=waits) if specs else []
+        yield spec
 
 
 def _what(template: JobSpec) -> str:
