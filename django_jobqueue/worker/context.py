@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     from ..models import Job
 
 __all__ = ["JobContext"]
+
+#: Serializes the making of a job's progress slot (:meth:`JobContext._progress`).
+_SLOT_LOCK = threading.Lock()
 
 
 class JobContext:
@@ -61,14 +65,60 @@ class JobContext:
         #: heartbeat that then finds the job no longer processing crossed that
         #: write, which reports a lost lease itself if there was one.
         self.storing = False
-        #: The latest progress report not stored yet (docs/console.md "Progress").
-        self.progress_slot = ProgressSlot()
-        #: This attempt's place in the job's recorded steps (:meth:`step`).
-        self.step_log = StepLog(job.steps)
+        # Made when first needed (most jobs report no progress and have no steps):
+        # both were a fifth of a claimed no-op job's context.
+        self._progress_slot: ProgressSlot | None = None
+        self._step_log: StepLog | None = None
         self._upstream: Upstream | None = None
         #: Of an async job on the foreman's loop: cancels its task (a cancel request,
         #: a lost lease); None otherwise.
         self.on_cancel: Callable[[], None] | None = None
+
+    @property
+    def step_log(self) -> StepLog:
+        """This attempt's place in the job's recorded steps (:meth:`step`); made at the
+        first use, in the handler's thread (the only one that uses it)."""
+        log = self._step_log
+        if log is None:
+            log = self._step_log = StepLog(self.job.steps)
+        return log
+
+    def finish_steps(self) -> None:
+        """Check that a returning attempt reached every recorded step
+        (:meth:`StepLog.finish`); without a step asked for, that none was recorded.
+
+        Raises
+        ------
+        StepOrderChanged
+            If a recorded step was not reached.
+        """
+        if self._step_log is not None or self.job.steps:
+            self.step_log.finish()
+
+    def _progress(self) -> ProgressSlot:
+        """The job's progress slot (docs/console.md "Progress"), made at the first
+        report; under a lock, as a handler's own threads may report at once."""
+        slot = self._progress_slot
+        if slot is None:
+            with _SLOT_LOCK:
+                slot = self._progress_slot
+                if slot is None:
+                    slot = self._progress_slot = ProgressSlot()
+        return slot
+
+    def progress_ready(self, now: float | None = None) -> bool:
+        """Whether a progress report waits to be stored (:meth:`ProgressSlot.ready`)."""
+        slot = self._progress_slot
+        return slot is not None and slot.ready(now)
+
+    def take_progress(self, now: float | None = None) -> dict[str, Any] | None:
+        """Hand out the waiting progress report, if any (:meth:`ProgressSlot.take`)."""
+        slot = self._progress_slot
+        return None if slot is None else slot.take(now)
+
+    def put_back_progress(self, report: dict[str, Any]) -> None:
+        """Return a report whose write failed (:meth:`ProgressSlot.put_back`)."""
+        self._progress().put_back(report)
 
     @property
     def logger(self) -> logging.Logger:
@@ -132,7 +182,7 @@ class JobContext:
         InvalidRequest
             If the numbers are not non-negative ints or ``done`` exceeds ``total``.
         """
-        self.progress_slot.put(progress_value(done, total, message))
+        self._progress().put(progress_value(done, total, message))
 
     def step(self, name: str) -> Step:
         """Return the resumable step ``name``: decorate the function that does it.
@@ -169,7 +219,7 @@ class JobContext:
         ``HEARTBEAT_MS``. A cancel request seen here sets :attr:`cancelled`; a
         progress report waiting (:meth:`progress`) is stored with it.
         """
-        report = self.progress_slot.take()
+        report = self.take_progress()
         try:
             alive, cancel = storage.heartbeat(
                 [self.job],
@@ -178,7 +228,7 @@ class JobContext:
             )
         except Exception:
             if report:
-                self.progress_slot.put_back(report)
+                self.put_back_progress(report)
             raise
         if self.job.pk in cancel:
             self.mark_cancelled()

@@ -281,7 +281,7 @@ def execute(
     try:
         with handler_statements():  # nor one that died while the handler computed
             result = handler(job.payload, ctx)
-            ctx.step_log.finish()  # a returning attempt reached every recorded step
+            ctx.finish_steps()  # a returning attempt reached every recorded step
     except Exception as exc:  # noqa: BLE001 (stored as the attempt's failure)
         error = exc
     finally:

@@ -296,7 +296,7 @@ class ForemanThreads:
     def _beat_progress(self) -> None:
         """Beat the running jobs whose progress report is ready (none: no statement)."""
         now = time.monotonic()
-        ready = [r for r in self._snapshot() if r.ctx.progress_slot.ready(now)]
+        ready = [r for r in self._snapshot() if r.ctx.progress_ready(now)]
         if ready:
             self._beat_leases(ready)
 
@@ -306,7 +306,7 @@ class ForemanThreads:
         if not running:
             return True
         started = [r for r in running if r.start_unrecorded]
-        reports = {r.job.pk: (r, r.ctx.progress_slot.take()) for r in running}
+        reports = {r.job.pk: (r, r.ctx.take_progress()) for r in running}
         try:
             alive, cancel = storage.heartbeat(
                 [r.job for r in running],
@@ -318,7 +318,7 @@ class ForemanThreads:
             logger.warning("heartbeat failed", exc_info=True)
             for r, report in reports.values():
                 if report:
-                    r.ctx.progress_slot.put_back(report)
+                    r.ctx.put_back_progress(report)
             recycle_connections()
             return False
         for r in started:
