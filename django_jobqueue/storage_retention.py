@@ -34,6 +34,7 @@ from .core.origin import BATCH_CALLBACK
 from .models import Job, JobStatus
 from .storage_sql import _mysql_transaction, lock_owned, owned_where
 from .store import unique
+from .store.pgarrays import bigint_array, text_array
 
 __all__ = ["deletable", "delete_done_rows", "keeps_done"]
 
@@ -81,7 +82,10 @@ def delete_done_rows(using: str, jobs: Sequence[Job]) -> set[int]:
             "AND j.rerun = false AND j.awaited = false AND j.lease_token = u.token "
             "RETURNING j.id"
         )
-        params: list[Any] = [[j.pk for j in jobs], [j.lease_token for j in jobs]]
+        params: list[Any] = [
+            bigint_array([j.pk for j in jobs]),
+            text_array([j.lease_token for j in jobs]),
+        ]
         with prepared.cursor(conn) as cursor:  # the same text every flush
             cursor.execute(sql, [*params, JobStatus.PROCESSING])
             return {row[0] for row in cursor.fetchall()}

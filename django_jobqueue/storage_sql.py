@@ -47,6 +47,7 @@ from .core import prepared
 from .models import Job, JobStatus, QueuePause
 from .store import claimfloor, unique
 from .store.jobrows import job_columns, jobs_of_rows
+from .store.pgarrays import bigint_array, nulls_or_list, text_array
 
 __all__ = [
     "claim_rows",
@@ -527,10 +528,10 @@ def _complete_rows_pg(
     """
     table = _q(using, Job._meta.db_table)
     now = "STATEMENT_TIMESTAMP()"
-    ids = [job.pk for job, _r, _d in items]
-    tokens = [job.lease_token for job, _r, _d in items]
+    ids = bigint_array([job.pk for job, _r, _d in items])
+    tokens = text_array([job.lease_token for job, _r, _d in items])
     results = "[" + ",".join(json.dumps(result) for _j, result, _d in items) + "]"
-    holds = [dedupe or None for _j, _r, dedupe in items]
+    holds = nulls_or_list([dedupe or None for _j, _r, dedupe in items])
     sql = (
         f"UPDATE {table} AS j SET status = %s, result = NULLIF(u.result, 'null'::jsonb), "
         f"finished_at = {now}, updated_at = {now}, "
