@@ -28,9 +28,10 @@ from collections.abc import Iterable, Sequence
 from itertools import islice
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
+from .core import prepared
 from .core.conf import get_config
 from .core.dbclock import Now
 from .store import locks
@@ -172,6 +173,14 @@ def create_streamed(specs: Iterable[JobSpec]) -> list[EnqueueResult]:
                 chunk = list(islice(chunks, STREAM_ROWS))
                 seen.extend(chunk)
     except _NotPlain:
+        return create_many([*seen, *chunks])
+    except DatabaseError as exc:
+        if not prepared.statement_lost(exc):
+            raise
+        # A prepared insert the session no longer had (a pooler's reset, a DISCARD
+        # ALL psycopg did not see): in a pipeline it cannot be run again where it
+        # failed. What was sent is rolled back; create_many runs its statements one
+        # at a time, and the prepared cursor repeats a lost one (docs/design.md#bulk-stream).
         return create_many([*seen, *chunks])
     return results
 

@@ -303,12 +303,12 @@ def enqueue_many(jobs: Sequence[Mapping[str, Any]]) -> list[EnqueueResult]:
     batches: set[Any] = set()
     waits: list[Any] = []  # per job: (upstream jids, policy) or None (docs/workflows.md)
     plain_wait = pop_wait({})  # a job with no after waits for an open wait_for() block's
-    specs = _validated(jobs, batches, waits, plain_wait)
+    validated = _validated(jobs, batches, waits, plain_wait)
     if plain_wait is None and open_block() is None and _streamable(jobs):
         # No job of the batch links to another: its chunks are validated and sent
         # in turn, the database inserting one while the next is validated.
-        return create_streamed(specs)
-    specs = list(specs)
+        return create_streamed(validated)
+    specs = list(validated)
     if len(batches) > 1:
         raise InvalidRequest("jobs: every job of one enqueue_many joins the same batch.")
     link = pop_link({"batch": batches.pop()}) if batches else None

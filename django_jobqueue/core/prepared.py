@@ -19,7 +19,8 @@ and on MySQL, MariaDB and SQLite, :func:`cursor` is Django's ``connection.cursor
 A prepared statement that fails because the server no longer has it as psycopg
 thinks (a ``DISCARD ALL`` or ``DEALLOCATE`` psycopg did not see, or a migration on
 another session that changed a returned column's type) runs once more, outside a
-transaction; a statement lost, or its name taken, between transactions means a
+transaction or as the first statement of one (psycopg's own ``BEGIN`` and it are
+rolled back first); a statement lost, or its name taken, between transactions means a
 pooler: the alias then prepares nothing more (one warning).
 
 Either way the cursor is wrapped as Django wraps its own: it shows in
@@ -35,7 +36,7 @@ from django.db.backends.utils import CursorWrapper
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["cursor", "forget_if_plan_changed"]
+__all__ = ["cursor", "forget_if_plan_changed", "statement_lost"]
 
 try:
     from django.db.backends.postgresql.psycopg_any import register_tzloader
@@ -43,6 +44,7 @@ try:
     from psycopg import errors as _pg_errors
     from psycopg.postgres import types as _pg_types
     from psycopg.pq import Format as _Format
+    from psycopg.pq import PipelineStatus as _PipelineStatus
     from psycopg.pq import TransactionStatus as _TxStatus
 except ImportError:  # psycopg2, or no PostgreSQL driver at all
     _ServerCursor = None  # type: ignore[assignment,misc]
@@ -64,7 +66,16 @@ if _ServerCursor is not None:
             self, query: Any, params: Any = None, *, prepare: bool | None = None, **kw: Any
         ) -> Any:
             prepare = True if prepare is None else prepare
-            outside = self.connection.info.transaction_status == _TxStatus.IDLE
+            raw = self.connection
+            # No transaction holds an earlier statement: in autocommit, or as the
+            # first statement of a Django atomic block, before which psycopg sends
+            # its own BEGIN (that transaction then holds only this statement). Never
+            # in a pipeline, whose errors are those of any statement sent before.
+            outside = (
+                raw.info.transaction_status == _TxStatus.IDLE
+                and raw.pgconn.pipeline_status == _PipelineStatus.OFF
+            )
+            began = outside and not raw.autocommit
             try:
                 return super().execute(query, params, prepare=prepare, **kw)
             except (
@@ -88,6 +99,8 @@ if _ServerCursor is not None:
                 # one the caller's rollback (which psycopg sees) is the reset.
                 if not outside:
                     raise
+                if began:
+                    raw.rollback()  # psycopg's BEGIN and the failed statement: nothing else
                 if retry_prepared:
                     self.connection.execute("DEALLOCATE ALL")
                 return super().execute(query, params, prepare=retry_prepared, **kw)
@@ -115,6 +128,26 @@ def forget_if_plan_changed(conn: Any, exc: BaseException) -> bool:
         return False
     raw.execute("DEALLOCATE ALL")
     return True
+
+
+def statement_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (a Django database error, or psycopg's own) is PostgreSQL's
+    refusal of a statement psycopg prepared: gone from the session, its name taken,
+    or its returned columns changed type (see the module docstring).
+
+    For a caller that sent the statement in a pipeline, where
+    :class:`_PreparingCursor` cannot tell which statement failed and run it again.
+    """
+    if _ServerCursor is None:
+        return False
+    for error in (exc, exc.__cause__):
+        if isinstance(
+            error, _pg_errors.InvalidSqlStatementName | _pg_errors.DuplicatePreparedStatement
+        ):
+            return True
+        if isinstance(error, _pg_errors.FeatureNotSupported) and RESULT_TYPE_CHANGED in str(error):
+            return True
+    return False
 
 
 def _found_pooled(alias: str, exc: Exception) -> None:
