@@ -36,6 +36,7 @@ imported here, where Django finds them and where they are imported from.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from django.db import models
@@ -284,6 +285,11 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_type} {self.jid} ({self.status})"
+
+    # The primary key, read as ``id`` without ``Model._get_pk_val``'s look-up of the
+    # meta's pk field on each read: a worker reads a job's pk several times per job
+    # (the completer's ids, its slot, its outcome), 3% of a no-op job's worker time.
+    pk = property(operator.attrgetter("id"), models.Model._set_pk_val)  # type: ignore[assignment]
 
     @property
     def is_dead(self) -> bool:
