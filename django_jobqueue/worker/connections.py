@@ -38,7 +38,7 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..core.reconnect import close_dead, idle_for, mark_used
+from ..core.reconnect import close_dead, mark_wrapper_used, wrapper_idle_for
 
 __all__ = [
     "IDLE_CHECK_S",
@@ -129,7 +129,7 @@ def check_before_handler(idle_s: float = IDLE_CHECK_S) -> int:
     for conn in _open_connections():
         if conn.in_atomic_block:
             continue
-        idle = idle_for(conn.alias)
+        idle = wrapper_idle_for(conn)
         if idle is not None and idle < idle_s:
             continue
         if conn.is_usable():
@@ -138,7 +138,7 @@ def check_before_handler(idle_s: float = IDLE_CHECK_S) -> int:
         else:
             close_dead(conn.alias)
             closed += 1
-        mark_used(conn.alias)
+        mark_wrapper_used(conn)
     return closed
 
 
@@ -156,7 +156,7 @@ def _check_idle(execute: Any, sql: Any, params: Any, many: bool, context: dict[s
         getattr(_in_handler, "active", False)
         and not conn.in_atomic_block
         and conn.get_autocommit()
-        and (idle_for(conn.alias) or 0.0) >= IDLE_CHECK_S
+        and (wrapper_idle_for(conn) or 0.0) >= IDLE_CHECK_S
         and not conn.is_usable()
     ):
         logger.warning(
@@ -173,7 +173,7 @@ def _check_idle(execute: Any, sql: Any, params: Any, many: bool, context: dict[s
     try:
         return execute(sql, params, many, context)
     finally:
-        mark_used(conn.alias)
+        mark_wrapper_used(conn)
 
 
 @contextmanager
