@@ -201,6 +201,40 @@ def _fresh_stats_state(request: Any) -> Any:
     floors.clear()
 
 
+def _flush_retrying_deadlocks() -> None:
+    """Make a transactional test's closing ``flush`` try again when PostgreSQL broke a
+    deadlock by failing its ``TRUNCATE``.
+
+    A server a test runs in a subprocess (the gateway of tests/client) writes its job
+    statistics from a timer, after the responses the test read: such a write can meet
+    the ``TRUNCATE`` of every table, each waiting for a table the other locked. The
+    server's write is tried again on its next tick; the flush, failed, would leave the
+    test's rows to the next test.
+    """
+    from django.core.management.base import CommandError
+    from django.test.testcases import TransactionTestCase
+
+    original = TransactionTestCase._fixture_teardown
+    if getattr(original, "retries_deadlocks", False):
+        return
+
+    def teardown(self: Any) -> None:
+        for attempt in range(1, 4):
+            try:
+                original(self)
+                return
+            except CommandError as exc:
+                if attempt == 3 or "deadlock detected" not in str(exc.__cause__):
+                    raise
+                time.sleep(0.2 * attempt)
+
+    teardown.retries_deadlocks = True  # type: ignore[attr-defined]
+    TransactionTestCase._fixture_teardown = teardown  # type: ignore[method-assign]
+
+
+_flush_retrying_deadlocks()
+
+
 #: How long a test's end waits for the worker threads it started, in seconds.
 RUNNER_GRACE_S = 30.0
 
