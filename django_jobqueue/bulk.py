@@ -117,10 +117,9 @@ def create_streamed(specs: Iterable[JobSpec]) -> list[EnqueueResult]:
     so the server writes a chunk while the next one is validated and built, and
     nothing waits for a statement's answer until the last is sent. The answers and
     the rows are those of :func:`create_many`; a job that :func:`create_many` places
-    under the batch's locks (an id or a unique key, as a job type's defaults may
-    give) or one on another alias rolls back what was sent, and the whole batch
-    goes through :func:`create_many`. Elsewhere every spec is read first, then
-    :func:`create_many`.
+    under the batch's locks (an id or a unique key) or one on another alias rolls
+    back what was sent, and the whole batch goes through :func:`create_many`.
+    Elsewhere every spec is read first, then :func:`create_many`.
 
     Returns
     -------
@@ -141,7 +140,7 @@ def create_streamed(specs: Iterable[JobSpec]) -> list[EnqueueResult]:
         return []
     using = seen[0].using
     conn = connections[using]
-    if not _pipelines(conn):
+    if not prepared.pipelines(conn):
         return create_many([*seen, *chunks])
     check_transaction(using)
     results: list[EnqueueResult] = []
@@ -183,19 +182,6 @@ def create_streamed(specs: Iterable[JobSpec]) -> list[EnqueueResult]:
         # at a time, and the prepared cursor repeats a lost one (docs/design.md#bulk-stream).
         return create_many([*seen, *chunks])
     return results
-
-
-def _pipelines(conn: Any) -> bool:
-    """Whether ``conn`` (a Django connection) can send statements in a pipeline:
-    PostgreSQL on psycopg 3 with a libpq that has pipeline mode."""
-    if conn.vendor != "postgresql":
-        return False
-    conn.ensure_connection()
-    if getattr(type(conn.connection), "pipeline", None) is None:  # psycopg2
-        return False
-    import psycopg
-
-    return bool(psycopg.Pipeline.is_supported())
 
 
 class _NotPlain(Exception):  # noqa: N818 - control flow, never leaves this module

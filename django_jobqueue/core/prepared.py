@@ -36,7 +36,7 @@ from django.db.backends.utils import CursorWrapper
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["cursor", "forget_if_plan_changed", "statement_lost"]
+__all__ = ["cursor", "forget_if_plan_changed", "pipelines", "statement_lost"]
 
 try:
     from django.db.backends.postgresql.psycopg_any import register_tzloader
@@ -128,6 +128,22 @@ def forget_if_plan_changed(conn: Any, exc: BaseException) -> bool:
         return False
     raw.execute("DEALLOCATE ALL")
     return True
+
+
+def pipelines(conn: Any) -> bool:
+    """Whether the Django connection ``conn`` can send statements in a pipeline:
+    PostgreSQL on psycopg 3 with a libpq that has pipeline mode (it connects first).
+
+    Callers add their own conditions (a transaction of their own, or not).
+    """
+    if conn.vendor != "postgresql" or _ServerCursor is None:
+        return False
+    conn.ensure_connection()
+    if getattr(type(conn.connection), "pipeline", None) is None:  # psycopg2
+        return False
+    import psycopg
+
+    return bool(psycopg.Pipeline.is_supported())
 
 
 def statement_lost(exc: BaseException) -> bool:

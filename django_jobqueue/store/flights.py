@@ -49,14 +49,7 @@ def _pipelines(using: str) -> bool:
     conn = connections[using]
     if conn.vendor != "postgresql" or conn.in_atomic_block or not conn.get_autocommit():
         return False
-    conn.ensure_connection()
-    raw = conn.connection
-    pipeline = getattr(type(raw), "pipeline", None)
-    if pipeline is None:  # psycopg2
-        return False
-    import psycopg
-
-    return bool(psycopg.Pipeline.is_supported())
+    return prepared.pipelines(conn)
 
 
 class Flights:

@@ -66,7 +66,7 @@ class JobContext:
         #: write, which reports a lost lease itself if there was one.
         self.storing = False
         # Made when first needed (most jobs report no progress and have no steps):
-        # both were a fifth of a claimed no-op job's context.
+        # making both was two fifths of a claimed job's context (0.7 of 1.7 us).
         self._progress_slot: ProgressSlot | None = None
         self._step_log: StepLog | None = None
         self._upstream: Upstream | None = None
