@@ -289,7 +289,7 @@ class Job(models.Model):
     # The primary key, read as ``id`` without ``Model._get_pk_val``'s look-up of the
     # meta's pk field on each read: a worker reads a job's pk several times per job
     # (the completer's ids, its slot, its outcome), 3% of a no-op job's worker time.
-    pk = property(operator.attrgetter("id"), models.Model._set_pk_val)  # type: ignore[assignment]
+    pk = property(operator.attrgetter("id"), lambda self, value: setattr(self, "id", value))
 
     @property
     def is_dead(self) -> bool:
