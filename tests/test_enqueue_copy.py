@@ -10,8 +10,6 @@ MariaDB and SQLite the path is never taken, which the last tests check.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -26,8 +24,9 @@ from django_jobqueue.enqueue import build_job
 from django_jobqueue.models import Job
 from django_jobqueue.store import rawcopy, wakeups
 from django_jobqueue.store.rawinsert import Row, new_jids
-from tests.conftest import direct_postgres_url, through_pgbouncer
+from tests.conftest import through_pgbouncer
 from tests.no_duplicate_helpers import JOB_TYPE
+from tests.wakeup_helpers import wakeup_listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,21 +139,11 @@ def test_a_row_that_breaks_a_unique_index__fails_the_copy_whole(copy_always: Non
     assert Job.objects.filter(queue="u").count() == 1
 
 
-@contextmanager
-def _listener() -> Iterator[Any]:
-    conn = psycopg.connect(direct_postgres_url(), autocommit=True)
-    conn.execute(f'LISTEN "{wakeups.CHANNEL}"')
-    try:
-        yield lambda: sorted(n.payload for n in conn.notifies(timeout=0.5))
-    finally:
-        conn.close()
-
-
 @postgres
 def test_inside_a_callers_transaction_that_rolls_back__no_job_and_no_wake_up(
     copy_always: None,
 ) -> None:
-    with _listener() as received:
+    with wakeup_listener() as received:
         wakeups.local_event.clear()
         with transaction.atomic():
             enqueue_many([{"queue": "rb", "job_type": JOB_TYPE, "payload": i} for i in range(50)])
@@ -173,7 +162,7 @@ def test_inside_a_callers_transaction_that_rolls_back__no_job_and_no_wake_up(
             )
             assert not wakeups.local_event.is_set()  # on commit only
         assert wakeups.local_event.is_set()
-        assert received() == ["a", "b"]
+        assert sorted(received()) == ["a", "b"]
 
 
 @postgres

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -31,6 +30,7 @@ from django_jobqueue.ids import Queue
 from django_jobqueue.models import Job
 from django_jobqueue.store import wakeups
 from tests.no_duplicate_helpers import JOB_TYPE, race_threads
+from tests.wakeup_helpers import wakeup_listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -237,28 +237,9 @@ def test_unique_key_enqueue__is_one_statement_on_postgresql(django_assert_num_qu
         Job.objects.create_job(build_job("fast", JOB_TYPE, job_id="id-1"))
 
 
-@contextmanager
-def _listener():
-    import psycopg
-
-    settings = connection.settings_dict
-    conn = psycopg.connect(
-        dbname=connection.settings_dict["NAME"],
-        host=settings["HOST"] or "127.0.0.1",
-        port=settings["PORT"] or 5432,
-        user=settings["USER"],
-        autocommit=True,
-    )
-    conn.execute(f'LISTEN "{wakeups.CHANNEL}"')
-    try:
-        yield lambda: [n.payload for n in conn.notifies(timeout=0.5)]
-    finally:
-        conn.close()
-
-
 @pytest.mark.vendor("postgresql")
 def test_wake_up__rides_the_transaction__rollback_sends_none():
-    with _listener() as received:
+    with wakeup_listener() as received:
         wakeups.local_event.clear()
         with transaction.atomic():
             enqueue_job("fast-a", JOB_TYPE)
@@ -429,7 +410,7 @@ def test_enqueue_many__statements_and_one_wake_up_per_queue():
 
 @pytest.mark.vendor("postgresql")
 def test_enqueue_many__sends_one_wake_up_per_queue():
-    with _listener() as received:
+    with wakeup_listener() as received:
         enqueue_many([{"queue": f"w{n % 3}", "job_type": JOB_TYPE} for n in range(30)])
         enqueue_many([{"queue": "later", "job_type": JOB_TYPE, "delay": "1h"}])
         assert sorted(received()) == ["w0", "w1", "w2"]

@@ -10,8 +10,6 @@ hand a batch that needs the creation locks to ``create_many`` whole. Most tests 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -25,8 +23,9 @@ from django_jobqueue.enqueue import build_job
 from django_jobqueue.models import Job
 from django_jobqueue.store import wakeups
 from django_jobqueue.store.registry import get_job_description
-from tests.conftest import direct_postgres_url, through_pgbouncer
+from tests.conftest import through_pgbouncer
 from tests.no_duplicate_helpers import JOB_TYPE
+from tests.wakeup_helpers import wakeup_listener
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,19 +125,9 @@ def test_inside_a_callers_transaction__the_batch_rolls_back_with_it(small_chunks
     assert Job.objects.filter(queue__startswith="later").count() == 19
 
 
-@contextmanager
-def _listener() -> Iterator[Any]:
-    conn = psycopg.connect(direct_postgres_url(), autocommit=True)
-    conn.execute(f'LISTEN "{wakeups.CHANNEL}"')
-    try:
-        yield lambda: sorted(n.payload for n in conn.notifies(timeout=0.5))
-    finally:
-        conn.close()
-
-
 @postgres
 def test_each_queue_is_woken_once_and_only_on_commit(small_chunks: None) -> None:
-    with _listener() as received:
+    with wakeup_listener() as received:
         wakeups.local_event.clear()
         with transaction.atomic():
             enqueue_many(_jobs("rb"))
@@ -155,7 +144,7 @@ def test_each_queue_is_woken_once_and_only_on_commit(small_chunks: None) -> None
             )
             assert not wakeups.local_event.is_set()  # on commit only
         assert wakeups.local_event.is_set()
-        assert received() == ["a", "b"]  # one each, none for the delayed queue
+        assert sorted(received()) == ["a", "b"]  # one each, none for the delayed queue
 
 
 def test_a_job_that_needs_the_locks_sends_the_whole_batch_through_them(
