@@ -179,7 +179,8 @@ class Command(BaseCommand):
             type=_count,
             default=None,
             help="A fixed number of jobs a claim may hold beyond its free slots, of short "
-            "job types only, instead of the --prefetch-ms budget (default: the budget).",
+            "job types only, instead of the number the --prefetch-ms budget fits (which "
+            "still sets the hold time, 5 x --prefetch-ms) (default: the budget's number).",
         )
         parser.add_argument(
             "--lease",
