@@ -38,7 +38,7 @@ from django_jobqueue.core.exceptions import (
 from django_jobqueue.models import Job
 from django_jobqueue.store import rawinsert
 from tests.conftest import direct_postgres_url, through_pgbouncer
-from tests.no_duplicate_helpers import JOB_TYPE
+from tests.no_duplicate_helpers import JOB_TYPE, race_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -368,23 +368,13 @@ def test_through_pgbouncer_without_prepare_threshold__streamed_batches_from_thre
         pytest.skip("needs the pgbouncer leg")
     options = connection.settings_dict["OPTIONS"]
     saved = options.pop("prepare_threshold", "absent")
-    errors: list[BaseException] = []
 
     def work(n: int) -> None:
-        try:
-            for _ in range(10):
-                enqueue_many(_jobs(f"pb{n}"))
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        for _ in range(10):
+            enqueue_many(_jobs(f"pb{n}"))
 
     try:
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = race_threads(4, work).errors
     finally:
         if saved != "absent":
             options["prepare_threshold"] = saved
