@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from django_jobqueue import enqueue_job, enqueue_many, storage
@@ -99,6 +99,71 @@ def test_claim_and_enqueue__survive_discard_all_from_outside_the_driver(
     assert len(storage.claim("default", owner="w", queues=["adv"], limit=5)) == 1
     assert not prepared.prepares(connection)  # taken for a pooler: prepares no more
     assert "prepare_threshold None" in caplog.text
+
+
+def _prepared_names() -> list[str]:
+    """The names of the statements psycopg prepared on the Django connection."""
+    names = connection.connection.pgconn.exec_(b"SELECT name FROM pg_prepared_statements")
+    return [names.get_value(row, 0).decode() for row in range(names.ntuples)]
+
+
+def _swap_statements(count: int) -> None:
+    """Behind psycopg's back, give each statement it prepared on the session another
+    statement of ``count`` parameters under the same name, as a transaction pooler
+    does when it lends this client a server session where another client prepared
+    its own statements first."""
+    raw = connection.connection.pgconn
+    params = ", ".join(["int"] * count)
+    values = ", ".join(f"${n}" for n in range(1, count + 1))
+    for name in _prepared_names():
+        raw.exec_(f'DEALLOCATE "{name}"'.encode())
+        raw.exec_(f'PREPARE "{name}" ({params}) AS SELECT {values}'.encode())
+
+
+def test_claim_and_enqueue__survive_a_name_taken_by_another_statement(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # PostgreSQL refuses the bind (08P01: "bind message supplies 12 parameters, but
+    # prepared statement ... requires 1"): the statement never ran, so it runs once
+    # more, unprepared, and the alias prepares no more.
+    connection.close()
+    enqueue_job("adv", JOB_TYPE, {"n": 1})
+    assert storage.claim("default", owner="w", queues=["adv"], limit=1)
+    assert _prepared_names()
+    _swap_statements(1)
+    enqueue_job("adv", JOB_TYPE, {"n": 2})
+    claimed = storage.claim("default", owner="w", queues=["adv"], limit=5)
+    assert [j.payload for j in claimed] == [{"n": 2}]
+    assert not prepared.prepares(connection)
+    assert "prepare_threshold None" in caplog.text
+    assert Job.objects.filter(queue="adv").count() == 2
+
+
+def test_name_taken_by_another_statement__inside_a_transaction_rolls_it_back() -> None:
+    # Inside the caller's transaction the failed bind aborted it: the error reaches
+    # the caller, nothing of the transaction is kept, and the next one runs unprepared.
+    connection.close()
+    enqueue_job("adv", JOB_TYPE, {"n": 1})
+    _swap_statements(1)
+    with pytest.raises(OperationalError), transaction.atomic():
+        Job.objects.filter(queue="adv").update(priority=7)  # not the job's first statement
+        enqueue_job("adv", JOB_TYPE, {"n": 2})
+    assert list(Job.objects.filter(queue="adv").values_list("priority", flat=True)) != [7]
+    assert not prepared.prepares(connection)
+    enqueue_job("adv", JOB_TYPE, {"n": 3})
+    payloads = Job.objects.filter(queue="adv").values_list("payload", flat=True)
+    assert sorted(p["n"] for p in payloads) == [1, 3]
+
+
+def test_other_protocol_violations__are_not_taken_for_a_pooler() -> None:
+    from psycopg import errors
+
+    assert not prepared.statement_lost(errors.ProtocolViolation("invalid message format"))
+    assert prepared.statement_lost(
+        errors.ProtocolViolation(
+            'bind message supplies 12 parameters, but prepared statement "_pg3_0" requires 23'
+        )
+    )
 
 
 def test_enqueue_in_rolled_back_atomic__then_again() -> None:

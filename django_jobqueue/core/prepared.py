@@ -20,8 +20,9 @@ A prepared statement that fails because the server no longer has it as psycopg
 thinks (a ``DISCARD ALL`` or ``DEALLOCATE`` psycopg did not see, or a migration on
 another session that changed a returned column's type) runs once more, outside a
 transaction or as the first statement of one (psycopg's own ``BEGIN`` and it are
-rolled back first); a statement lost, or its name taken, between transactions means a
-pooler: the alias then prepares nothing more (one warning).
+rolled back first); a statement lost, or its name taken (by a statement of the same
+name, or of another number of parameters: 08P01 at the bind), between transactions
+means a pooler: the alias then prepares nothing more (one warning).
 
 Either way the cursor is wrapped as Django wraps its own: it shows in
 ``CaptureQueriesContext``, passes the execute wrappers and translates errors.
@@ -82,7 +83,10 @@ if _ServerCursor is not None:
                 _pg_errors.InvalidSqlStatementName,
                 _pg_errors.DuplicatePreparedStatement,
                 _pg_errors.FeatureNotSupported,
+                _pg_errors.ProtocolViolation,
             ) as exc:
+                if isinstance(exc, _pg_errors.ProtocolViolation) and not _other_statement(exc):
+                    raise
                 if isinstance(exc, _pg_errors.FeatureNotSupported):
                     if RESULT_TYPE_CHANGED not in str(exc):
                         raise
@@ -91,8 +95,10 @@ if _ServerCursor is not None:
                     retry_prepared = True
                 else:
                     # The server session lost the statement, or has another under
-                    # its name: a pooler hands this session's transactions to
-                    # different server sessions. The alias prepares no more.
+                    # its name (another client's, with a different number of
+                    # parameters: 08P01 at the bind): a pooler hands this session's
+                    # transactions to different server sessions. The alias prepares
+                    # no more.
                     retry_prepared = False
                     _found_pooled(self.alias, exc)
                 # Outside a transaction the statement did not run: once more. Inside
@@ -108,6 +114,19 @@ if _ServerCursor is not None:
 
 #: PostgreSQL's message when a prepared statement's row type changed under it.
 RESULT_TYPE_CHANGED = "cached plan must not change result type"
+
+#: The start of PostgreSQL's 08P01 message when a statement is bound with another
+#: number of parameters than the statement of that name on the session has:
+#: ``bind message supplies 12 parameters, but prepared statement "_pg3_0" requires
+#: 23``. Behind a transaction pooler it means the name is another client's.
+OTHER_STATEMENT = "bind message supplies"
+
+
+def _other_statement(exc: BaseException) -> bool:
+    """Whether ``exc`` (a psycopg ``ProtocolViolation``) is PostgreSQL's refusal to
+    bind a prepared statement whose name, on this server session, is another
+    statement's (:data:`OTHER_STATEMENT`)."""
+    return str(exc).startswith(OTHER_STATEMENT)
 
 
 def forget_if_plan_changed(conn: Any, exc: BaseException) -> bool:
@@ -160,6 +179,8 @@ def statement_lost(exc: BaseException) -> bool:
         if isinstance(
             error, _pg_errors.InvalidSqlStatementName | _pg_errors.DuplicatePreparedStatement
         ):
+            return True
+        if isinstance(error, _pg_errors.ProtocolViolation) and _other_statement(error):
             return True
         if isinstance(error, _pg_errors.FeatureNotSupported) and RESULT_TYPE_CHANGED in str(error):
             return True
