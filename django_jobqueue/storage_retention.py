@@ -46,13 +46,14 @@ def keeps_done() -> bool:
 
 def deletable(job: Job, result: Any, dedupe: timedelta | None) -> bool:
     """Whether ``job``'s row may go at its end (``done`` with ``result``; ``dedupe``:
-    how long its id stays held after it, None or zero: freed at the end).
+    how long its id, if it holds one, stays held after it, None or zero: freed at
+    the end).
 
     The caller has already set linked jobs (a batch's, a workflow's, an awaited
     one's) apart; this checks the copy's own holds.
     """
-    if result is not None or dedupe:
-        return False
+    if result is not None or (dedupe and job.job_id_hash is not None):
+        return False  # a result to read, or an id held past the end (none: no id)
     if job.origin.startswith(BATCH_CALLBACK):
         # A batch's callback: the repair pass makes again one whose row is gone
         # within REPAIR_WINDOW (docs/workflows.md "Repair").
