@@ -33,6 +33,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -87,6 +88,41 @@ class Row(NamedTuple):
     hold_fields: Mapping[str, Any] = _NO_FIELDS
 
 
+#: A parameter's getter: a call ``get(row, statement, conn)``, or an attribute's dotted path.
+_Getter = Callable[..., Any] | str
+
+
+class _Shape:
+    """A row shape's SQL and parameters (see :meth:`_Plan.shape`), and its one-row
+    statements, one per count of wake-ups riding it (made once, not per enqueue)."""
+
+    def __init__(self, head: str, sql: str, getters: list[_Getter]) -> None:
+        self.head = head
+        #: The row's VALUES tuple.
+        self.sql = sql
+        self._calls = [(i, get) for i, get in enumerate(getters) if not isinstance(get, str)]
+        # The attribute parameters by one attrgetter, read in C in one call (a tuple:
+        # every shape binds the jid, the queue and the type at least).
+        self._read = attrgetter(*(get for get in getters if isinstance(get, str)))
+        self._statements: dict[int, str] = {}
+
+    def fetch(self, row: Row, statement: int, conn: Any) -> list[Any]:
+        """``row``'s parameters, in order (``statement``: the SQLite clock's number)."""
+        values = list(self._read(row))
+        for i, get in self._calls:  # in order: the values before i are in place
+            values.insert(i, get(row, statement, conn))
+        return values
+
+    def statement(self, wakes: int) -> str:
+        """The INSERT of one row of this shape with ``wakes`` pg_notify riding it."""
+        sql = self._statements.get(wakes)
+        if sql is None:
+            sql = self._statements[wakes] = _with_notify(
+                self.head + "VALUES " + self.sql, [], ["queue"] * wakes
+            )
+        return sql
+
+
 class _Plan:
     """What an insert on one alias and vendor never recomputes."""
 
@@ -124,8 +160,8 @@ class _Plan:
             self.now = f"{dbclock.SQLITE_FUNCTION}(%s)"
             self.plus = f"(django_format_dtdelta('+', {dbclock.SQLITE_FUNCTION}(%s), %s))"
         self.max_params = conn.features.max_query_params
-        #: Per row shape (see :meth:`row`): its VALUES SQL and its parameters' getters.
-        self.shapes: dict[tuple[bool, ...], tuple[str, list[Callable[..., Any]]]] = {}
+        #: Per row shape (see :meth:`shape`): its VALUES SQL, parameters and statements.
+        self.shapes: dict[tuple[bool, ...], _Shape] = {}
         self.lock = threading.Lock()
 
     def constant(self, name: str, params: list[Any]) -> str:
@@ -146,31 +182,36 @@ class _Plan:
 
         ``statement`` is the SQLite clock's statement number (unused elsewhere).
         """
+        shape = self.shape(row)
+        params.extend(shape.fetch(row, statement, conn))
+        return shape.sql
+
+    def shape(self, row: Row) -> _Shape:
+        """The compiled shape of ``row``: which options it leaves out decides its SQL."""
         spec = row.spec
         hold = row.hold_fields
         if hold:
             _check_hold_fields(row)
-        shape = (
+        key = (
             spec.at is None,
             spec.delay == _ZERO,
             spec.expires_ms is None,
             spec.job_id is None,
             spec.unique_key is None,
-            hold.get("dedupe_ms") is None,
-            hold.get("keep_ms") is None,
+            not hold or hold.get("dedupe_ms") is None,
+            not hold or hold.get("keep_ms") is None,
         )
-        compiled = self.shapes.get(shape)
-        if compiled is None:
-            compiled = self._compile(shape)
+        shape = self.shapes.get(key)
+        if shape is None:
+            shape = _Shape(self.head, *self._compile(key))
             with self.lock:
-                self.shapes[shape] = compiled
-        sql, getters = compiled
-        params.extend([get(row, statement, conn) for get in getters])
-        return sql
+                self.shapes[key] = shape
+        return shape
 
-    def _compile(self, shape: tuple[bool, ...]) -> tuple[str, list[Callable[..., Any]]]:
-        """The VALUES tuple of a row of ``shape`` (see :meth:`row`) and a getter of each
-        of its parameters, ``get(row, statement, conn)``, in order.
+    def _compile(self, shape: tuple[bool, ...]) -> tuple[str, list[_Getter]]:
+        """The VALUES tuple of a row of ``shape`` (see :meth:`shape`) and a getter of
+        each of its parameters, in order: a call ``get(row, statement, conn)``, or the
+        dotted path of an attribute of the row.
 
         What the shape fixes is written into the SQL: a NULL for a column the row
         leaves empty (no id, no unique key, no expiry), and on PostgreSQL the
@@ -178,7 +219,7 @@ class _Plan:
         """
         at_none, no_delay, no_expiry, no_id, no_key, no_dedupe, no_keep = shape
         parts: list[str] = []
-        getters: list[Callable[..., Any]] = []
+        getters: list[_Getter] = []
         sqlite = self.vendor == "sqlite"
         clock: list[Callable[..., Any]] = [lambda r, n, c: n] if sqlite else []
         empty = {
@@ -192,7 +233,7 @@ class _Plan:
             "keep_ms": no_keep,
         }
 
-        def param(get: Callable[..., Any]) -> str:
+        def param(get: _Getter) -> str:
             getters.append(get)
             return "%s"
 
@@ -230,18 +271,18 @@ class _Plan:
                 cast = "::jsonb" if self.vendor == "postgresql" else ""
                 parts.append(param(lambda r, n, c, f=f: _payload_param(f, r.spec, c)) + cast)
             elif name == "jid":
-                parts.append(param(lambda r, n, c: r.jid))
+                parts.append(param("jid"))
             elif name == "job_id_hash":
                 parts.append(param(lambda r, n, c: hold_hash(r.spec.job_id)))
             elif name == "unique_key_hash":
                 parts.append(param(lambda r, n, c: hold_hash(r.spec.unique_key)))
             elif name == "unique_mode":
-                parts.append("''" if no_key else param(lambda r, n, c: r.spec.unique_mode))
+                parts.append("''" if no_key else param("spec.unique_mode"))
             elif name in _HOLD_FIELDS:
                 parts.append(param(lambda r, n, c, a=name: r.hold_fields[a]))
             else:  # queue, job_type, job_id, priority, max_retry, timeout_ms, secure,
                 # unique_key, origin, limit_key
-                parts.append(param(lambda r, n, c, a=name: getattr(r.spec, a)))
+                parts.append(param(f"spec.{name}"))
         return "(" + ", ".join(parts) + ")", getters
 
     def max_row_params(self) -> int:
@@ -349,7 +390,9 @@ def rows_per_statement(using: str, sample: Row) -> int:
     return max(1, min(MAX_ROWS, plan.max_params // max(plan.max_row_params(), 1)))
 
 
-def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = ()) -> None:
+def insert_rows(
+    using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = (), conn: Any = None
+) -> None:
     """Insert ``rows`` on ``using`` in as few statements as the database allows.
 
     Parameters
@@ -364,6 +407,8 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
         Queues to wake once the transaction commits: on PostgreSQL a ``pg_notify``
         per queue rides the first statement (or the only one); every vendor sets
         the in-process event from ``on_commit``.
+    conn:
+        ``using``'s connection, when the caller has it (``connections[using]``).
 
     Raises
     ------
@@ -373,11 +418,13 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
     queues = list(dict.fromkeys(wake_queues))
     if not rows and not queues:
         return
-    conn = connections[using]
+    conn = _connection(using, conn)
     plan = insert_plan(using, conn)
     notify = queues if wakes_by_notify(using, conn) else []
     with prepared.cursor(conn) as cursor:
-        if plan.vendor == "postgresql" and len(rows) > 1:
+        if len(rows) == 1:
+            _insert_one(plan, conn, cursor, rows[0], notify)
+        elif plan.vendor == "postgresql" and len(rows) > 1:
             for start in range(0, len(rows), MAX_ROWS):
                 _insert_columns(plan, conn, cursor, rows[start : start + MAX_ROWS], notify)
                 notify = []  # the first statement carries the wake-ups
@@ -385,6 +432,17 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
             _insert_values(plan, conn, cursor, rows, notify)
     if queues:
         wake_local(using, conn)
+
+
+def _insert_one(plan: _Plan, conn: Any, cursor: Any, row: Row, notify: Sequence[str]) -> None:
+    """Insert ``row`` by its shape's one-row statement, the wake-ups riding it: the
+    statement a multi-row insert of it would send, its text made once per shape and
+    count of wake-ups."""
+    shape = plan.shape(row)
+    params = shape.fetch(row, dbclock.statement_number(), conn)
+    for queue in notify:
+        params += (CHANNEL, queue)
+    cursor.execute(shape.statement(len(notify)), params)
 
 
 def _insert_values(
