@@ -37,7 +37,7 @@ from .models import Job
 from .store.jobstats import count_deduplicated
 from .store.limits import enqueue_key
 from .store.managers import EnqueueResult, JobSpec
-from .store.registry import get_job_description
+from .store.registry import JobDescription, get_job_description
 from .store.unique import unique_options
 
 __all__ = [
@@ -109,32 +109,33 @@ def build_job(
     if job_id is not None:
         check_text(job_id, "A job id")
     mode, ttl_ms = unique_options(unique_key, unique_mode, unique_ttl_ms)
-    spec = JobSpec(
-        using=jobs_database(),
-        queue=queue,
-        job_type=job_type,
-        payload=payload,
-        priority=check_positive_int(
-            priority if priority is not None else (desc.priority or config.DEFAULT_PRIORITY),
-            "priority",
-        ),
-        max_retry=max_retry
-        if max_retry is not None
-        else (desc.max_retry if desc.max_retry is not None else config.DEFAULT_MAX_RETRY),
-        timeout_ms=timeout_ms or desc.timeout_ms or config.DEFAULT_TIMEOUT_MS,
-        secure=desc.secure,
-        at=at,
-        delay=delay_td,
-        expires_ms=expires_ms,
-        job_id=job_id,
-        unique_key=unique_key,
-        unique_mode=mode,
-        unique_ttl_ms=ttl_ms,
+    return JobSpec.of(
+        {
+            "using": jobs_database(),
+            "queue": queue,
+            "job_type": job_type,
+            "payload": payload,
+            "priority": check_positive_int(
+                priority if priority is not None else (desc.priority or config.DEFAULT_PRIORITY),
+                "priority",
+            ),
+            "max_retry": max_retry
+            if max_retry is not None
+            else (desc.max_retry if desc.max_retry is not None else config.DEFAULT_MAX_RETRY),
+            "timeout_ms": timeout_ms or desc.timeout_ms or config.DEFAULT_TIMEOUT_MS,
+            "secure": desc.secure,
+            "at": at,
+            "delay": delay_td,
+            "expires_ms": expires_ms,
+            "job_id": job_id,
+            "unique_key": unique_key,
+            "unique_mode": mode,
+            "unique_ttl_ms": ttl_ms,
+            "payload_json": payload_json,  # see JobSpec.payload_json
+            "origin": current_origin(),  # see JobSpec.origin
+            "limit_key": _limit_key(job_type, queue, payload, limit_key, desc),
+        }
     )
-    object.__setattr__(spec, "payload_json", payload_json)  # see JobSpec.payload_json
-    object.__setattr__(spec, "origin", current_origin())  # see JobSpec.origin
-    object.__setattr__(spec, "limit_key", _limit_key(job_type, queue, payload, limit_key))
-    return spec
 
 
 def _keyed_by_payload(spec: JobSpec) -> bool:
@@ -145,11 +146,14 @@ def _keyed_by_payload(spec: JobSpec) -> bool:
     return limit is not None and limit.partitioned and limit.partition != "key"
 
 
-def _limit_key(job_type: str, queue: str, payload: Any, explicit: Any) -> str:
+def _limit_key(
+    job_type: str, queue: str, payload: Any, explicit: Any, desc: JobDescription | None = None
+) -> str:
     """The ``limit_key`` of a new job (docs/limits.md "Partition keys"): ``explicit``,
-    else the key of its job type's declared partition, else its queue's."""
+    else the key of its job type's declared partition, else its queue's. ``desc``:
+    the job type's description, when the caller has it."""
     if explicit is None:
-        limit = get_job_description(job_type).limits
+        limit = (desc if desc is not None else get_job_description(job_type)).limits
         if limit is None or not limit.partitioned:
             limit = get_config().queue_options(queue).limits
         return enqueue_key(job_type, limit, payload, None)
@@ -247,6 +251,8 @@ _MANY_OPTIONS |= FLOW_OPTIONS
 
 
 def _check_options(options: dict[str, Any], allowed: frozenset[str]) -> None:
+    if options.keys() <= allowed:
+        return
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise InvalidOption(

@@ -9,6 +9,7 @@ once.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from datetime import timedelta
@@ -25,7 +26,7 @@ from django_jobqueue.core.exceptions import (
     InvalidPayload,
     UnknownJobType,
 )
-from django_jobqueue.enqueue import build_job
+from django_jobqueue.enqueue import JobSpec, build_job
 from django_jobqueue.ids import Queue
 from django_jobqueue.models import Job
 from django_jobqueue.store import wakeups
@@ -203,6 +204,21 @@ def test_raw_insert__times_are_the_database_clock_plus_the_delay():
     assert job.waiting is True
     assert job.status == "init"
     assert job.errors == []
+
+
+def test_build_job__its_spec_is_the_one_the_dataclass_makes():
+    """build_job fills the frozen JobSpec at once (JobSpec.of): the same fields, the
+    same equality and hash as one made by its __init__."""
+    spec = build_job("fast", JOB_TYPE, "x", delay="2s", unique_key="k", limit_key="lk")
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(JobSpec)}
+    made = JobSpec(**{f.name: fields[f.name] for f in dataclasses.fields(JobSpec) if f.init})
+    for name in ("payload_json", "origin", "limit_key"):
+        object.__setattr__(made, name, fields[name])
+    assert vars(spec) == vars(made)
+    assert (spec, hash(spec), repr(spec)) == (made, hash(made), repr(made))
+    assert spec.origin.startswith("code:tests.test_enqueue_fast.")
+    with pytest.raises(TypeError):
+        JobSpec.of({k: v for k, v in fields.items() if k != "origin"})
 
 
 def test_plain_enqueue__is_one_statement_in_autocommit(django_assert_num_queries):

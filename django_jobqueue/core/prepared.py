@@ -72,11 +72,12 @@ if _ServerCursor is not None:
             # first statement of a Django atomic block, before which psycopg sends
             # its own BEGIN (that transaction then holds only this statement). Never
             # in a pipeline, whose errors are those of any statement sent before.
+            # (libpq's own numbers: raw.info.transaction_status makes an enum of it.)
+            pgconn = raw.pgconn
             outside = (
-                raw.info.transaction_status == _TxStatus.IDLE
-                and raw.pgconn.pipeline_status == _PipelineStatus.OFF
+                pgconn.transaction_status == _TxStatus.IDLE
+                and pgconn.pipeline_status == _PipelineStatus.OFF
             )
-            began = outside and not raw.autocommit
             try:
                 return super().execute(query, params, prepare=prepare, **kw)
             except (
@@ -105,7 +106,7 @@ if _ServerCursor is not None:
                 # one the caller's rollback (which psycopg sees) is the reset.
                 if not outside:
                     raise
-                if began:
+                if not raw.autocommit:  # psycopg began a transaction for it
                     raw.rollback()  # psycopg's BEGIN and the failed statement: nothing else
                 if retry_prepared:
                     self.connection.execute("DEALLOCATE ALL")

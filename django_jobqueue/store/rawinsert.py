@@ -5,17 +5,9 @@ statement goes through Django's own connection (on PostgreSQL a cursor that
 prepares it: :mod:`django_jobqueue.core.prepared`), so it joins the caller's
 transaction, shows in ``CaptureQueriesContext`` and passes Django's execute
 wrappers; what does not change between calls (the column list, the SQL of a
-row of each shape, the prepared defaults) is computed once per alias and vendor.
-
-The row is the one the ORM writes (``Model.save(force_insert=True)`` of
-``JobSpec.model_fields``), column for column: every column not set by the spec
-gets its field's default prepared by the field itself (``get_db_prep_save``: JSON
-as Django's ``JSONField`` stores it, booleans as the driver sends them); the
-payload and an ``at`` datetime are prepared by their fields on each call; the times
-are the database clock of :mod:`django_jobqueue.core.dbclock`, one instant per
-statement (``STATEMENT_TIMESTAMP()``, ``CURRENT_TIMESTAMP(6)``, and on SQLite
-``django_jobqueue_now(n)`` with one fresh ``n`` per statement), and ``now + delay``
-is rendered as Django renders ``Now() + timedelta`` on each vendor.
+row of each shape, the prepared defaults) is its plan, made once per alias and
+vendor (:mod:`django_jobqueue.store.insertplan`, which also says how the row is the
+ORM's, column for column).
 
 Wake-ups. On PostgreSQL the ``pg_notify`` of a due job rides the insert itself
 (``WITH j AS (INSERT ... RETURNING 1) SELECT pg_notify(...) FROM j``): PostgreSQL
@@ -30,19 +22,24 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
-from django.apps import apps
-from django.db import connections, transaction
-from django.utils.duration import duration_microseconds
+from django.db import transaction
 
 from ..core import dbclock, prepared
 from ..core.conf import get_config
 from ..core.validation import hold_hash
+from .insertplan import (
+    VARIABLE,
+    Plan,
+    Row,
+    check_hold_fields,
+    connection_of,
+    insert_plan,
+    with_notify,
+)
 from .wakeups import CHANNEL, local_event
 
 __all__ = [
@@ -59,219 +56,6 @@ __all__ = [
 MAX_ROWS = 1000
 #: Bytes of payload per MySQL statement at most, well under ``max_allowed_packet`` (16 MB).
 MAX_STATEMENT_BYTES = 4 * 1024 * 1024
-
-#: Columns the spec sets on every insert; every other column takes its default.
-_VARIABLE = frozenset(
-    {
-        "jid", "queue", "job_type", "job_id", "job_id_hash", "payload", "priority",
-        "max_retry", "timeout_ms", "secure", "run_at", "expires_at", "unique_key",
-        "unique_key_hash", "unique_mode", "unique_expires_at", "dedupe_ms", "keep_ms",
-        "created_at", "updated_at", "origin", "limit_key",
-    }
-)  # fmt: skip
-#: The further fields a caller may store with a job (``JobManager.create_job``'s hold_fields).
-_HOLD_FIELDS = ("dedupe_ms", "keep_ms")
-_ZERO = timedelta(0)
-_NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
-
-
-class Row(NamedTuple):
-    """One job to insert: its spec, its new jid and its hold fields (``dedupe_ms``, ``keep_ms``).
-
-    A tuple, not a dataclass: a bulk enqueue makes one per job. ``hold_fields`` is
-    read only; the default is one shared empty mapping.
-    """
-
-    spec: Any  # managers.JobSpec (this module imports no manager)
-    jid: str
-    hold_fields: Mapping[str, Any] = _NO_FIELDS
-
-
-class _Plan:
-    """What an insert on one alias and vendor never recomputes."""
-
-    def __init__(self, using: str) -> None:
-        # Through the app registry, not an import: models import managers, which
-        # import this module.
-        job_model = apps.get_model("django_jobqueue", "Job")
-        conn = connections[using]
-        self.vendor = conn.vendor
-        quote = conn.ops.quote_name
-        meta = job_model._meta
-        self.fields = [f for f in meta.concrete_fields if not f.primary_key]
-        self.by_name = {f.attname: f for f in self.fields}
-        columns = ", ".join(quote(str(f.column)) for f in self.fields)
-        self.table = quote(str(meta.db_table))
-        self.head = f"INSERT INTO {self.table} ({columns}) "
-        #: Prepared defaults of the constant columns; None renders as a NULL literal.
-        self.constants = {
-            f.attname: f.get_db_prep_save(f.get_default(), conn)
-            for f in self.fields
-            if f.attname not in _VARIABLE
-        }
-        #: The SQL literal of each constant, as the backend's schema editor quotes a
-        #: column default: written into the statement once rather than bound (and,
-        #: on PostgreSQL, quoted by the client) on every call. A value it cannot
-        #: quote stays a parameter.
-        self.literals = _literals(conn, self.constants)
-        if self.vendor == "postgresql":
-            self.now = "STATEMENT_TIMESTAMP()"
-            self.plus = "(STATEMENT_TIMESTAMP() + %s)"
-        elif self.vendor == "mysql":
-            self.now = "CURRENT_TIMESTAMP(6)"
-            self.plus = "(CURRENT_TIMESTAMP(6) + INTERVAL %s MICROSECOND)"
-        else:
-            self.now = f"{dbclock.SQLITE_FUNCTION}(%s)"
-            self.plus = f"(django_format_dtdelta('+', {dbclock.SQLITE_FUNCTION}(%s), %s))"
-        self.max_params = conn.features.max_query_params
-        #: Per row shape (see :meth:`row`): its VALUES SQL and its parameters' getters.
-        self.shapes: dict[tuple[bool, ...], tuple[str, list[Callable[..., Any]]]] = {}
-        self.lock = threading.Lock()
-
-    def constant(self, name: str, params: list[Any]) -> str:
-        """The SQL of constant column ``name``: its literal, or a placeholder whose
-        prepared default is appended to ``params``."""
-        literal = self.literals.get(name)
-        if literal is None:
-            params.append(self.constants[name])
-            return "%s"
-        return literal
-
-    def duration(self, delta: timedelta) -> Any:
-        """A duration parameter as Django's ``Now() + timedelta`` passes it."""
-        return delta if self.vendor == "postgresql" else duration_microseconds(delta)
-
-    def row(self, row: Row, statement: int, params: list[Any], conn: Any) -> str:
-        """Append ``row``'s parameters to ``params``; return the SQL of its VALUES tuple.
-
-        ``statement`` is the SQLite clock's statement number (unused elsewhere).
-        """
-        spec = row.spec
-        hold = row.hold_fields
-        if hold:
-            _check_hold_fields(row)
-        shape = (
-            spec.at is None,
-            spec.delay == _ZERO,
-            spec.expires_ms is None,
-            spec.job_id is None,
-            spec.unique_key is None,
-            hold.get("dedupe_ms") is None,
-            hold.get("keep_ms") is None,
-        )
-        compiled = self.shapes.get(shape)
-        if compiled is None:
-            compiled = self._compile(shape)
-            with self.lock:
-                self.shapes[shape] = compiled
-        sql, getters = compiled
-        params.extend([get(row, statement, conn) for get in getters])
-        return sql
-
-    def _compile(self, shape: tuple[bool, ...]) -> tuple[str, list[Callable[..., Any]]]:
-        """The VALUES tuple of a row of ``shape`` (see :meth:`row`) and a getter of each
-        of its parameters, ``get(row, statement, conn)``, in order.
-
-        What the shape fixes is written into the SQL: a NULL for a column the row
-        leaves empty (no id, no unique key, no expiry), and on PostgreSQL the
-        statement's clock itself for a job due now; the parameters are the rest.
-        """
-        at_none, no_delay, no_expiry, no_id, no_key, no_dedupe, no_keep = shape
-        parts: list[str] = []
-        getters: list[Callable[..., Any]] = []
-        sqlite = self.vendor == "sqlite"
-        clock: list[Callable[..., Any]] = [lambda r, n, c: n] if sqlite else []
-        empty = {
-            "expires_at": no_expiry,
-            "job_id": no_id,
-            "job_id_hash": no_id,
-            "unique_key": no_key,
-            "unique_key_hash": no_key,
-            "unique_expires_at": no_key,
-            "dedupe_ms": no_dedupe,
-            "keep_ms": no_keep,
-        }
-
-        def param(get: Callable[..., Any]) -> str:
-            getters.append(get)
-            return "%s"
-
-        for f in self.fields:
-            name = f.attname
-            if name not in _VARIABLE:
-                constant: list[Any] = []
-                parts.append(self.constant(name, constant))
-                getters.extend((lambda r, n, c, v=v: v) for v in constant)
-            elif empty.get(name):
-                parts.append("NULL")
-            elif name in ("created_at", "updated_at"):
-                parts.append(self.now)
-                getters.extend(clock)
-            elif name == "run_at" and at_none and no_delay and self.vendor == "postgresql":
-                parts.append(self.now)  # now + 0, exactly
-            elif name == "run_at" and at_none:
-                parts.append(self.plus)
-                getters.extend(clock)
-                getters.append(lambda r, n, c: self.duration(r.spec.delay))
-            elif name == "run_at":
-                parts.append(param(lambda r, n, c, f=f: f.get_db_prep_save(r.spec.at, c)))
-            elif name in ("expires_at", "unique_expires_at"):
-                parts.append(self.plus)
-                getters.extend(clock)
-                attr = "expires_ms" if name == "expires_at" else "unique_ttl_ms"
-                getters.append(
-                    lambda r, n, c, a=attr: self.duration(
-                        timedelta(milliseconds=getattr(r.spec, a))
-                    )
-                )
-            elif name == "payload":
-                # The JSON text validation made (json.dumps, as the field writes it),
-                # not a second encoding of the payload.
-                cast = "::jsonb" if self.vendor == "postgresql" else ""
-                parts.append(param(lambda r, n, c, f=f: _payload_param(f, r.spec, c)) + cast)
-            elif name == "jid":
-                parts.append(param(lambda r, n, c: r.jid))
-            elif name == "job_id_hash":
-                parts.append(param(lambda r, n, c: hold_hash(r.spec.job_id)))
-            elif name == "unique_key_hash":
-                parts.append(param(lambda r, n, c: hold_hash(r.spec.unique_key)))
-            elif name == "unique_mode":
-                parts.append("''" if no_key else param(lambda r, n, c: r.spec.unique_mode))
-            elif name in _HOLD_FIELDS:
-                parts.append(param(lambda r, n, c, a=name: r.hold_fields[a]))
-            else:  # queue, job_type, job_id, priority, max_retry, timeout_ms, secure,
-                # unique_key, origin, limit_key
-                parts.append(param(lambda r, n, c, a=name: getattr(r.spec, a)))
-        return "(" + ", ".join(parts) + ")", getters
-
-    def max_row_params(self) -> int:
-        """The most parameters a row can bind (a row of every option)."""
-        return len(self._compile((True, False, False, False, False, False, False))[1])
-
-
-def _check_hold_fields(row: Row) -> None:
-    unknown = set(row.hold_fields) - set(_HOLD_FIELDS)
-    if unknown:
-        raise TypeError(f"Unknown job fields {sorted(unknown)}; only {_HOLD_FIELDS} are stored.")
-
-
-def _literals(conn: Any, constants: dict[str, Any]) -> dict[str, str]:
-    """Return the SQL literal of each of ``constants`` that ``conn`` can quote; None is NULL."""
-    literals = {}
-    conn.ensure_connection()  # PostgreSQL and MySQL quote with the driver's connection
-    # Never entered: quote_value needs no schema change (nor, on SQLite, its pragmas).
-    editor = conn.schema_editor(atomic=False, collect_sql=True)
-    for name, value in constants.items():
-        if value is None:
-            literals[name] = "NULL"
-            continue
-        try:
-            text = editor.quote_value(value)
-        except (TypeError, ValueError):
-            continue
-        literals[name] = text.decode("ascii") if isinstance(text, bytes) else str(text)
-    return literals
-
 
 #: Byte maps that set a UUID's version (4) and variant (RFC 4122) bits, applied to
 #: every jid of a batch at once by ``bytes.translate``.
@@ -296,44 +80,16 @@ def new_jids(count: int) -> list[str]:
     return [text[i : i + 32] for i in range(0, 32 * count, 32)]
 
 
-_plans: dict[tuple[str, str], _Plan] = {}
-
-
-def _connection(using: str, conn: Any) -> Any:
-    """``conn`` when the caller passed ``using``'s connection, else the lookup."""
-    return conn if conn is not None else connections[using]
-
-
-def insert_plan(using: str, conn: Any = None) -> _Plan:
-    """The insert plan of alias ``using`` (made once per alias and vendor); ``conn``:
-    its connection, when the caller has it."""
-    key = (using, _connection(using, conn).vendor)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _Plan(using)
-    return plan
-
-
-def _payload_param(field: Any, spec: Any, conn: Any) -> Any:
-    """The payload's parameter: its checked JSON text, or SQL NULL for None (as the
-    field stores it); a spec built without validation's text is prepared by the field."""
-    if spec.payload is None:
-        return None
-    if spec.payload_json is not None:
-        return spec.payload_json
-    return field.get_db_prep_save(spec.payload, conn)
-
-
 def wakes_by_notify(using: str, conn: Any = None) -> bool:
     """Whether a due job's insert on ``using`` carries a ``pg_notify``; ``conn``: its
     connection, when the caller has it."""
-    return _connection(using, conn).vendor == "postgresql" and get_config().NOTIFY
+    return connection_of(using, conn).vendor == "postgresql" and get_config().NOTIFY
 
 
 def wake_local(using: str, conn: Any = None) -> None:
     """Set :data:`~django_jobqueue.store.wakeups.local_event` once ``using``'s transaction
     commits; ``conn``: its connection, when the caller has it."""
-    if _connection(using, conn).in_atomic_block:
+    if connection_of(using, conn).in_atomic_block:
         transaction.on_commit(local_event.set, using=using)
     elif not local_event.is_set():  # autocommit: committed already, as on_commit would
         local_event.set()
@@ -349,7 +105,9 @@ def rows_per_statement(using: str, sample: Row) -> int:
     return max(1, min(MAX_ROWS, plan.max_params // max(plan.max_row_params(), 1)))
 
 
-def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = ()) -> None:
+def insert_rows(
+    using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] = (), conn: Any = None
+) -> None:
     """Insert ``rows`` on ``using`` in as few statements as the database allows.
 
     Parameters
@@ -364,6 +122,8 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
         Queues to wake once the transaction commits: on PostgreSQL a ``pg_notify``
         per queue rides the first statement (or the only one); every vendor sets
         the in-process event from ``on_commit``.
+    conn:
+        ``using``'s connection, when the caller has it (``connections[using]``).
 
     Raises
     ------
@@ -373,11 +133,13 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
     queues = list(dict.fromkeys(wake_queues))
     if not rows and not queues:
         return
-    conn = connections[using]
+    conn = connection_of(using, conn)
     plan = insert_plan(using, conn)
     notify = queues if wakes_by_notify(using, conn) else []
     with prepared.cursor(conn) as cursor:
-        if plan.vendor == "postgresql" and len(rows) > 1:
+        if len(rows) == 1:
+            _insert_one(plan, conn, cursor, rows[0], notify)
+        elif plan.vendor == "postgresql" and len(rows) > 1:
             for start in range(0, len(rows), MAX_ROWS):
                 _insert_columns(plan, conn, cursor, rows[start : start + MAX_ROWS], notify)
                 notify = []  # the first statement carries the wake-ups
@@ -387,8 +149,19 @@ def insert_rows(using: str, rows: Sequence[Row], *, wake_queues: Iterable[str] =
         wake_local(using, conn)
 
 
+def _insert_one(plan: Plan, conn: Any, cursor: Any, row: Row, notify: Sequence[str]) -> None:
+    """Insert ``row`` by its shape's one-row statement, the wake-ups riding it: the
+    statement a multi-row insert of it would send, its text made once per shape and
+    count of wake-ups."""
+    shape = plan.shape(row)
+    params = shape.fetch(row, dbclock.statement_number(), conn)
+    for queue in notify:
+        params += (CHANNEL, queue)
+    cursor.execute(shape.statement(len(notify)), params)
+
+
 def _insert_values(
-    plan: _Plan, conn: Any, cursor: Any, rows: Sequence[Row], notify: Sequence[str]
+    plan: Plan, conn: Any, cursor: Any, rows: Sequence[Row], notify: Sequence[str]
 ) -> None:
     """Insert ``rows`` by multi-row ``VALUES`` statements (a single row on PostgreSQL,
     any number elsewhere), the wake-ups riding the first; only the wake-ups when there
@@ -411,7 +184,7 @@ def _insert_values(
                 [p for q in notify for p in (CHANNEL, q)],
             )
             break
-        sql = _with_notify(plan.head + "VALUES " + ", ".join(values), params, notify)
+        sql = with_notify(plan.head + "VALUES " + ", ".join(values), params, notify)
         notify = []
         cursor.execute(sql, params)
 
@@ -429,14 +202,14 @@ def _mysql_row_bytes(spec: Any) -> int:
     return 2 * len(text) + 4 * keys + 512
 
 
-def _column_values(plan: _Plan, rows: Sequence[Row], conn: Any) -> dict[str, list[Any]]:
+def _column_values(plan: Plan, rows: Sequence[Row], conn: Any) -> dict[str, list[Any]]:
     """PostgreSQL's many-row insert: each variable column's values, one per row, as
     the one-row insert binds them (``run_delay``, ``expires_in`` and ``unique_in``
     are intervals that the statement adds to its clock), but the payloads as JSON
     texts."""
     for row in rows:
         if row.hold_fields:
-            _check_hold_fields(row)
+            check_hold_fields(row)
     specs = [row.spec for row in rows]
     run_at = plan.by_name["run_at"]
 
@@ -480,7 +253,7 @@ def _column_values(plan: _Plan, rows: Sequence[Row], conn: Any) -> dict[str, lis
 
 
 def _insert_columns(
-    plan: _Plan, conn: Any, cursor: Any, rows: Sequence[Row], notify: Sequence[str]
+    plan: Plan, conn: Any, cursor: Any, rows: Sequence[Row], notify: Sequence[str]
 ) -> None:
     """PostgreSQL: insert ``rows`` in one statement that binds one array per column.
 
@@ -523,7 +296,7 @@ def _insert_columns(
     select: list[str] = []
     for f in plan.fields:
         name = f.attname
-        if name not in _VARIABLE:
+        if name not in VARIABLE:
             select.append(plan.constant(name, params))
         elif name in ("created_at", "updated_at"):
             select.append(now)
@@ -553,7 +326,7 @@ def _insert_columns(
         f"{plan.head}SELECT {', '.join(select)} FROM ROWS FROM ({', '.join(sources)}) "  # noqa: S608
         f"WITH ORDINALITY AS u({', '.join(arrays)}, n) ORDER BY u.n"
     )
-    cursor.execute(_with_notify(sql, params, notify), params)
+    cursor.execute(with_notify(sql, params, notify), params)
 
 
 def _uniform(column: list[Any]) -> bool:
@@ -569,16 +342,3 @@ def _uniform(column: list[Any]) -> bool:
         offset = first.utcoffset()
         return all(value.utcoffset() == offset for value in column)
     return True
-
-
-def _with_notify(sql: str, params: list[Any], notify: Sequence[str]) -> str:
-    """Return the insert ``sql`` with a ``pg_notify`` per queue of ``notify`` riding it
-    (appending their parameters to ``params``); ``sql`` itself when there is none."""
-    if not notify:
-        return sql
-    params.extend(p for q in notify for p in (CHANNEL, q))
-    return (
-        f"WITH j AS ({sql} RETURNING 1) SELECT "  # noqa: S608 - quoted names, placeholders
-        + ", ".join(["pg_notify(%s, %s)"] * len(notify))
-        + " FROM (SELECT 1 FROM j LIMIT 1) AS one"
-    )
