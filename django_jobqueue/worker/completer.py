@@ -122,7 +122,10 @@ class Completer:
         with self._cond:
             batch, self._pending = self._pending, []
         if batch:
-            self._write(batch)
+            # max_batch at a time, as the thread writes: a heartbeat's flush of a
+            # large prefetch's ends stays within MySQL's and SQLite's statement sizes.
+            for start in range(0, len(batch), self.max_batch):
+                self._write(batch[start : start + self.max_batch])
         else:
             with self._write_lock:
                 pass
@@ -232,8 +235,13 @@ class Completer:
 
     @staticmethod
     def _one(job: Job, result: Any, run_ms: int | None) -> bool:
+        # complete_many of one job, not storage.complete: with a retention of zero
+        # its row is deleted as the batch would have deleted it, rather than kept
+        # ``done`` because another job of its batch failed the write
+        # (docs/design.md#retention).
         try:
-            return storage.complete(job, result, run_ms=run_ms)
+            [stored] = storage.complete_many([(job, result)], run_ms=[run_ms])
+            return stored
         except Exception:
             # Left processing: its lease expires and the reaper takes it back.
             logger.exception("storing the result failed jid=%s type=%s", job.jid, job.job_type)

@@ -54,3 +54,17 @@ def test_completer__writes_a_full_batch_at_once_then_the_rest_when_closed() -> N
     assert (completer.flushes, completer.written) == (2, count)
     assert stored == [True] * count
     assert Job.objects.filter(status=JobStatus.DONE).count() == count
+
+
+def test_completer__a_flush_writes_at_most_a_batch_at_a_time() -> None:
+    # A heartbeat's flush of a large prefetch's ends: max_batch a write, as the
+    # thread writes (MySQL's and SQLite's statements grow by the job).
+    enqueue_many([{"job_type": "maint.noop"}] * 10)
+    jobs = storage.claim("default", owner="w", limit=10, lease_ms=60_000)
+    completer = Completer(busy=lambda: 0, max_batch=4)  # not started: flush writes here
+    stored: list[bool] = []
+    for job in jobs:
+        completer.submit(job, None, stored.append)
+    completer.flush()
+    assert (completer.flushes, completer.written) == (3, 10)
+    assert stored == [True] * 10

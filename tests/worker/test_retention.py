@@ -100,3 +100,15 @@ def test_a_deleted_job_is_one_statement_on_postgresql_and_sqlite(
     with django_assert_num_queries(4 if connection.vendor == "mysql" else 1):
         assert storage.complete_many([(job, None) for job in jobs]) == [True] * 3
     assert not Job.objects.exists()
+
+
+@override_settings(JOBQUEUE={"RETENTION": "0s", "DEDUPE": "1h"})
+def test_a_dedupe_keeps_the_rows_of_jobs_with_an_id_only() -> None:
+    """``DEDUPE`` holds a done job's id: a job with no id has none to hold, and its
+    row goes as any other's."""
+    plain.add("p", id="held")
+    enqueue_job("default", "flows.noop", {})
+    jobs = storage.claim("default", owner="t", limit=2, queues=["ids-plain", "default"])
+    assert storage.complete_many([(job, None) for job in jobs]) == [True, True]
+    [(job_id, status)] = Job.objects.values_list("job_id", "status")
+    assert (job_id, status) == ("held", JobStatus.DONE)
