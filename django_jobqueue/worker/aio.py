@@ -491,7 +491,9 @@ class ForemanAsync:
         started_at = job.started_at or job.heartbeat_at
         if job.expires_at is not None and started_at is not None and job.expires_at < started_at:
             return False  # expired: a runner stores it so
-        return not job_started.has_listeners(job.job_type)
+        # ``receivers`` first, as executor.begin does: ``has_listeners`` walks the
+        # receivers for this sender, 2.5% of an async no-op drain's GIL time with none.
+        return not (job_started.receivers and job_started.has_listeners(job.job_type))
 
     def _put_back(self, running: _Running) -> None:
         """Return a held job the loop took to the head of the inbox, for a runner."""

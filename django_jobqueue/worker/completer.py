@@ -106,7 +106,13 @@ class Completer:
         with self._cond:
             if not self._closed:
                 self._pending.append((job, result, callback, run_ms))
-                self._cond.notify_all()
+                # Woken only when it may write now: for the first outcome it waits
+                # for, a full batch, or no handler left running. Any other outcome
+                # waits for the write its deadline starts anyway; a wake-up per job
+                # was a thread switch per job.
+                waiting = len(self._pending)
+                if waiting == 1 or waiting >= self.max_batch or self._busy() <= 0:
+                    self._cond.notify_all()
                 return
         self._write([(job, result, callback, run_ms)])
 

@@ -124,6 +124,26 @@ def test_async_and_sync_jobs__drain_together():
     assert RunRecord.objects.count() == 40
 
 
+def test_job_started__sent_once_for_every_async_job():
+    # The loop begins held async jobs itself only while nobody listens for
+    # job_started; a receiver gets each start once.
+    from django_jobqueue.core.signals import job_started
+
+    asyncjobs.reset()
+    jids = [enqueue_job(None, "aio.record", {})["jid"] for _ in range(60)]
+    seen: list[str] = []
+
+    def started(sender: Any, job: Job, **_kw: Any) -> None:
+        seen.append(job.jid)
+
+    job_started.connect(started, weak=False)
+    try:
+        assert drain(concurrency=4) == {"done": 60}
+    finally:
+        job_started.disconnect(started)
+    assert sorted(seen) == sorted(jids)
+
+
 def test_async_stop__a_running_async_job_is_handed_back_unlost():
     from django_jobqueue.worker.foreman import Foreman, ForemanOptions
 
