@@ -149,7 +149,7 @@ def test_bulk_rows_store_each_payload_as_a_single_enqueue_does():
         row_a, row_b = _raw_row(a["jid"]), _raw_row(b["jid"])
         assert row_a["payload"] == row_b["payload"], payload
         assert Job.objects.get(jid=a["jid"]).payload == Job.objects.get(jid=b["jid"]).payload
-        assert len(a["jid"]) == 32 and a["jid"][12] == "4" and a["jid"][16] in "89ab"
+        assert len(a["jid"]) == 32 and a["jid"][12] == "7" and a["jid"][16] in "89ab"
 
 
 @pytest.mark.parametrize("batch", [None, 5, "ab", b"ab", {"job_type": JOB_TYPE}])

@@ -32,7 +32,6 @@ creation and the guarded advance of a plan to its next tick.
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
@@ -325,7 +324,7 @@ class JobManager(models.Manager[_M]):
 
         Implements: docs/design.md#execution.
         """
-        jid = uuid.uuid4().hex
+        [jid] = new_jids(1)
         self._insert(spec, jid, hold_fields)
         return jid
 
@@ -352,7 +351,7 @@ class JobManager(models.Manager[_M]):
         if connections[spec.using].vendor != "postgresql" or spec.job_id is None:
             return None
         check_transaction(spec.using)
-        holders = self._pg_fast(spec, uuid.uuid4().hex, hold_fields)
+        holders = self._pg_fast(spec, new_jids(1)[0], hold_fields)
         if holders is None:
             return True
         if any(holds_id and status != "cancelled" for _jid, status, holds_id, _k in holders):
