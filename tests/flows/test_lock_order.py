@@ -211,7 +211,9 @@ def test_an_enqueue_after_many_jobs_locks_them_in_pk_order() -> None:
     """While the lowest-pk upstream row is held, the enqueue waits for it holding no
     other upstream row. Scanning the ``jid`` index, InnoDB locked them in jid order
     (random) first, which deadlocked the batched ``done`` (1213)."""
-    jobs = [jq.enqueue_job("race", "flows.noop") for _ in range(30)]
+    # One call: its jids share a millisecond, so their order below it is random, not
+    # the pks' (jids are made in time order: one job a call would sort as its pk).
+    jobs = jq.enqueue_many([{"queue": "race", "job_type": "flows.noop"}] * 30)
     pks = dict(Job.objects.filter(queue="race").values_list("jid", "pk"))
     upstream = sorted(jobs, key=lambda r: pks[r.jid])
     # The lowest pk's jid not the lowest jid: a jid-order lock takes another row first.
