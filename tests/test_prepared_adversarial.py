@@ -7,7 +7,7 @@ deploy's migration that changes a returned column's type on another session, or 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -87,18 +87,31 @@ def test_claim_and_enqueue__survive_discard_all_on_the_session() -> None:
     assert len(storage.claim("default", owner="w", queues=["adv"], limit=5)) == 3
 
 
+def _enqueue_and_claim_survive(
+    break_session: Callable[[], None], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Enqueue and claim once (both statements prepared), ``break_session()`` behind
+    psycopg's back, then enqueue and claim again: both run (unprepared), and the alias
+    is taken for a pooler's, with the warning that says so."""
+    connection.close()
+    enqueue_job("adv", JOB_TYPE, {"n": 1})
+    assert storage.claim("default", owner="w", queues=["adv"], limit=1)
+    break_session()
+    enqueue_job("adv", JOB_TYPE, {"n": 2})
+    claimed = storage.claim("default", owner="w", queues=["adv"], limit=5)
+    assert [j.payload for j in claimed] == [{"n": 2}]
+    assert not prepared.prepares(connection)  # taken for a pooler: prepares no more
+    assert "prepare_threshold None" in caplog.text
+    assert Job.objects.filter(queue="adv").count() == 2
+
+
 def test_claim_and_enqueue__survive_discard_all_from_outside_the_driver(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # A pooler's server_reset_query, or a raw libpq call: psycopg never sees it.
-    connection.close()
-    enqueue_job("adv", JOB_TYPE, {"n": 1})
-    assert storage.claim("default", owner="w", queues=["adv"], limit=1)
-    connection.connection.pgconn.exec_(b"DEALLOCATE ALL")
-    enqueue_job("adv", JOB_TYPE, {"n": 2})
-    assert len(storage.claim("default", owner="w", queues=["adv"], limit=5)) == 1
-    assert not prepared.prepares(connection)  # taken for a pooler: prepares no more
-    assert "prepare_threshold None" in caplog.text
+    _enqueue_and_claim_survive(
+        lambda: connection.connection.pgconn.exec_(b"DEALLOCATE ALL"), caplog
+    )
 
 
 def _prepared_names() -> list[str]:
@@ -126,17 +139,11 @@ def test_claim_and_enqueue__survive_a_name_taken_by_another_statement(
     # PostgreSQL refuses the bind (08P01: "bind message supplies 12 parameters, but
     # prepared statement ... requires 1"): the statement never ran, so it runs once
     # more, unprepared, and the alias prepares no more.
-    connection.close()
-    enqueue_job("adv", JOB_TYPE, {"n": 1})
-    assert storage.claim("default", owner="w", queues=["adv"], limit=1)
-    assert _prepared_names()
-    _swap_statements(1)
-    enqueue_job("adv", JOB_TYPE, {"n": 2})
-    claimed = storage.claim("default", owner="w", queues=["adv"], limit=5)
-    assert [j.payload for j in claimed] == [{"n": 2}]
-    assert not prepared.prepares(connection)
-    assert "prepare_threshold None" in caplog.text
-    assert Job.objects.filter(queue="adv").count() == 2
+    def swap() -> None:
+        assert _prepared_names()
+        _swap_statements(1)
+
+    _enqueue_and_claim_survive(swap, caplog)
 
 
 def test_name_taken_by_another_statement__inside_a_transaction_rolls_it_back() -> None:
