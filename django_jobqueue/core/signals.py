@@ -2,6 +2,11 @@
 
 ``job_started(sender=job_type, job=Job)`` before a handler runs, and
 ``job_finished(sender=job_type, job=Job, status=str)`` after its outcome is stored.
+
+Connect a receiver without ``sender=`` and test ``job.job_type`` in it: Django
+matches a connected sender by identity (``id()``), and the job type string a worker
+sends is read from the job's row, never the very string object in your code, so
+``connect(receiver, sender="emails.send")`` is never called.
 """
 
 from __future__ import annotations
