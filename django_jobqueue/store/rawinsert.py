@@ -150,7 +150,7 @@ def insert_rows(
     with prepared.cursor(conn) as cursor:
         if len(rows) == 1:
             _insert_one(plan, conn, cursor, rows[0], notify)
-        elif plan.vendor == "postgresql" and len(rows) > 1:
+        elif plan.vendor == "postgresql" and rows:
             for start in range(0, len(rows), MAX_ROWS):
                 _insert_columns(plan, conn, cursor, rows[start : start + MAX_ROWS], notify)
                 notify = []  # the first statement carries the wake-ups
@@ -174,9 +174,9 @@ def _insert_one(plan: Plan, conn: Any, cursor: Any, row: Row, notify: Sequence[s
 def _insert_values(
     plan: Plan, conn: Any, cursor: Any, rows: Sequence[Row], notify: Sequence[str]
 ) -> None:
-    """Insert ``rows`` by multi-row ``VALUES`` statements (a single row on PostgreSQL,
-    any number elsewhere), the wake-ups riding the first; only the wake-ups when there
-    is no row."""
+    """Insert ``rows`` by multi-row ``VALUES`` statements (MySQL and SQLite; a single
+    row anywhere goes by :func:`_insert_one`), the wake-ups riding the first; only the
+    wake-ups when there is no row."""
     limit = rows_per_statement(conn.alias, rows[0]) if len(rows) > 1 else MAX_ROWS
     start = 0
     while start < len(rows) or notify:
