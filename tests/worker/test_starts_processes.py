@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,11 +52,13 @@ def test_a_crashing_job_type__its_neighbours_lose_no_attempt__it_ends_after_exac
     )  # fmt: skip
     try:
         workers.wait_started()
-        # Both processes first run a quick job: a foreman that has run none knows no
-        # short type and prefetches nothing (docs/prefetch.md), so on a loaded machine
-        # a late-starting one would claim the crashing job alone.
-        owners: set[str] = set()
-        while len(owners) < 2:
+        # Both processes first run five quick jobs: a foreman that knows no short type
+        # prefetches nothing (docs/prefetch.md), and a type is short by the median of
+        # its last five runs in that process, so a cold first run that a loaded
+        # machine stretched past 100 ms would leave it not short there: that foreman
+        # would claim the crashing job alone.
+        runs_by: Counter[str] = Counter()
+        while len(runs_by) < 2 or min(runs_by.values()) < 5:
             # More than one claim takes (1 slot + a prefetch of 4): both get some.
             warm = [enqueue_job(None, "starts.quick", quicks, priority=1)["jid"] for _ in range(8)]
             quick += warm
@@ -63,8 +66,8 @@ def test_a_crashing_job_type__its_neighbours_lose_no_attempt__it_ends_after_exac
                 lambda w=warm: Job.objects.filter(jid__in=w, status=JobStatus.DONE).count() == 8
             )
             done = Job.objects.filter(jid__in=quick).values_list("lease_owner", flat=True)
-            owners = {owner.split(":")[1] for owner in done}
-            assert len(quick) <= 80, f"one process ran every warm-up job: {owners}"
+            runs_by = Counter(owner.split(":")[1] for owner in done)
+            assert len(quick) <= 200, f"one process ran nearly every warm-up job: {runs_by}"
         # The crashing job first in claim order, short jobs behind it: the claim that
         # takes it holds some of them beside it.
         with transaction.atomic():
@@ -91,7 +94,9 @@ def test_a_crashing_job_type__its_neighbours_lose_no_attempt__it_ends_after_exac
     assert set(runs[1::2]) == {"1"}
     assert set(Job.objects.filter(jid__in=quick).values_list("attempt", flat=True)) == {1}
     # Some were held beside the crash and went back unspent (else the test showed nothing).
-    assert "returned unspent" in log, log[-5000:]
+    # On failure, the lines that say why none were: no job finished lines.
+    told = [line for line in log.splitlines() if "job finished" not in line]
+    assert "returned unspent" in log, "\n".join(told[-80:])
 
 
 def test_two_processes_long_jobs__no_job_waits_beside_an_idle_slot():
