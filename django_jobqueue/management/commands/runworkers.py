@@ -171,7 +171,7 @@ class Command(BaseCommand):
             type=_ms,
             default=None,
             help="Prefetch budget, ms: a claim holds beyond its free slots as many jobs of "
-            "short job types as fit in it; 0: no prefetch (default: "
+            "short job types as fit in it; 0: no prefetch unless --prefetch sets one (default: "
             "JOBQUEUE['PREFETCH_MS']; README \"Prefetch\").",
         )
         parser.add_argument(
