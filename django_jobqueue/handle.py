@@ -244,10 +244,20 @@ def job(
     Raises
     ------
     ImproperlyConfiguredJobQueue
-        If an option is invalid, or ``name`` is already registered to another function.
+        If an option is invalid, or ``name`` is already registered to another function;
+        at once, before any decoration, if ``name`` is not a string: ``@job`` written
+        without its name (README "Quickstart": ``@job("emails.send")``) would
+        otherwise bind the function's name to the decorator and register nothing.
 
     Implements: docs/design.md#execution.
     """
+    if not isinstance(name, str):
+        what = getattr(name, "__name__", None) if callable(name) else None
+        raise ImproperlyConfiguredJobQueue(
+            f'@job takes the job type\'s name first: write @job("app.{what}") above {what}().'
+            if what
+            else f"@job takes the job type's name first, a string: got {name!r}."
+        )
     options = {
         "queue": queue,
         "max_retry": max_retry,

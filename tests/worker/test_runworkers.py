@@ -359,6 +359,23 @@ def test_lease_below_one_second__is_a_command_error():
         call_command("runworkers", "--lease", "500", "--burst")
 
 
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_database_without_the_job_table__is_a_command_error_not_a_loop(processes):
+    """``migrate`` not run (README "Quickstart"): the worker used to log a traceback
+    per poll, and a ``--burst`` run never ended. The job table is renamed away for the
+    test, by real DDL, and back."""
+    table = Job._meta.db_table
+    with connection.schema_editor() as editor:
+        editor.alter_db_table(Job, table, f"{table}_away")
+    try:
+        with pytest.raises(CommandError, match=r"has no job table .*run `manage.py migrate`"):
+            call_command("runworkers", "--burst", "--processes", processes, "-v", "0")
+    finally:
+        with connection.schema_editor() as editor:
+            editor.alter_db_table(Job, f"{table}_away", table)
+    assert call_command("runworkers", "--burst", "-v", "0") is None  # starts again
+
+
 def test_min_sleep_above_max_sleep__is_a_command_error():
     with pytest.raises(CommandError, match="--min-sleep"):
         call_command("runworkers", "--min-sleep", "500", "--max-sleep", "100", "--burst")

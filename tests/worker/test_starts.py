@@ -144,6 +144,24 @@ def test_foreman__no_prefetch_of_a_job_type_not_known_short() -> None:
     assert second is not None and len(run._inbox) == 2  # the other two
 
 
+@pytest.mark.parametrize(
+    ("prefetch", "prefetch_ms", "held", "hold_ms"), [(2, 0, 2, 10), (0, 20, 0, 100)]
+)
+def test_foreman__a_set_prefetch_outlives_prefetch_ms_0_and_prefetch_0_turns_it_off(
+    prefetch: int, prefetch_ms: int, held: int, hold_ms: int
+) -> None:
+    """As README "Prefetch" says: ``--prefetch-ms 0`` turns off the budget's prefetch,
+    not a ``--prefetch N`` given with it (held for the least hold time, 10 ms); only
+    ``--prefetch 0`` turns off any prefetch."""
+    for _ in range(4):
+        enqueue_job(None, "starts.nap", {"s": 0})
+    run = foreman(concurrency=1, prefetch=prefetch, prefetch_ms=prefetch_ms)
+    run.type_run_ms["starts.nap"] = 1.0  # known short: the claim may prefetch
+    first = run._next_job("w")
+    assert first is not None and len(run._inbox) == held and run.hold_ms == hold_ms
+    assert Job.objects.filter(status=JobStatus.PROCESSING).count() == 1 + held
+
+
 def test_foreman__a_prefetched_job_of_another_type_goes_back_unspent_in_place() -> None:
     quick = enqueue_job(None, "starts.quick")["jid"]
     slow = enqueue_job(None, "starts.nap", {"s": 0})["jid"]

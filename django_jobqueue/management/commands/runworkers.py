@@ -19,10 +19,12 @@ from django.core.management.base import (
     CommandParser,
     SystemCheckError,
 )
+from django.db import DatabaseError, connections
 
 from ...core.conf import get_config
 from ...core.exceptions import ImproperlyConfiguredJobQueue
 from ...enqueue import jobs_database
+from ...models import Job
 from ...store.pauses import paused_queues
 from ...worker.foreman import Foreman, ForemanOptions
 from ...worker.logsetup import runworkers_logging
@@ -171,7 +173,7 @@ class Command(BaseCommand):
             type=_ms,
             default=None,
             help="Prefetch budget, ms: a claim holds beyond its free slots as many jobs of "
-            "short job types as fit in it; 0: no prefetch (default: "
+            "short job types as fit in it; 0: no prefetch unless --prefetch sets one (default: "
             "JOBQUEUE['PREFETCH_MS']; README \"Prefetch\").",
         )
         parser.add_argument(
@@ -257,6 +259,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--min-sleep ({low} ms) must be >= 1 and at most --max-sleep ({high} ms)."
             )
+        self._require_job_table(database or jobs_database())
         foreman_options: dict[str, Any] = {
             "using": database,
             "queues": tuple(queues) if queues else None,
@@ -293,6 +296,31 @@ class Command(BaseCommand):
         if code:
             raise CommandError(
                 "A burst worker process kept crashing; see the log above for its error."
+            )
+
+    def _require_job_table(self, using: str) -> None:
+        """Refuse to start on a database without the job table: ``manage.py migrate``
+        not run yet, or ``--database`` / ``JOBQUEUE["DATABASE"]`` naming another
+        database (README "Quickstart"). A foreman there logs a traceback per poll, and
+        a ``--burst`` run never ends. One statement; a database that does not answer
+        is left to the foreman, which waits for it (README "Delivery semantics").
+
+        Raises
+        ------
+        CommandError
+            If the database ``using`` answers and has no job table.
+        """
+        connection = connections[using]
+        try:
+            with connection.cursor() as cursor:
+                tables = connection.introspection.table_names(cursor)
+        except DatabaseError:
+            return
+        if Job._meta.db_table not in tables:
+            raise CommandError(
+                f"Database {using!r} has no job table ({Job._meta.db_table}): run "
+                '`manage.py migrate` first (README "Quickstart"), or point --database '
+                "or JOBQUEUE['DATABASE'] at the database that has it."
             )
 
     def _say_paused(self, database: str | None, queues: list[str] | None) -> None:

@@ -1,0 +1,47 @@
+"""``@job`` written as a new user might write it (README "Quickstart").
+
+``@job`` without its name used to return the inner decorator in place of the handler:
+nothing was registered, and the mistake showed later as an ``AttributeError`` on
+``.enqueue`` far from its cause. It is refused at once, with the fix in the message.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from django_jobqueue import job
+from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue
+from django_jobqueue.models import Job
+from django_jobqueue.store import registry
+from django_jobqueue.store.registry import get_job_description
+
+pytestmark = pytest.mark.django_db
+
+
+def test_job_without_its_name__is_refused_at_once_with_the_fix() -> None:
+    with pytest.raises(ImproperlyConfiguredJobQueue, match=r'write @job\("app\.send_receipt"\)'):
+
+        @job  # type: ignore[arg-type]
+        def send_receipt(payload, ctx):
+            return None
+
+
+@pytest.mark.parametrize("name", [None, 42, b"bytes.name"])
+def test_job_with_a_name_that_is_not_a_string__is_refused(name: object) -> None:
+    with pytest.raises(ImproperlyConfiguredJobQueue, match="a string: got"):
+        job(name)  # type: ignore[arg-type]
+
+
+def test_job_with_its_name__registers_and_enqueues(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A copy of the registry, so the type declared here leaves with the test; the
+    # apps' jobs modules are discovered first, or they would land in the copy alone.
+    registry._autodiscover()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+
+    @job("decorator.named")
+    def named(payload, ctx):
+        return None
+
+    assert get_job_description("decorator.named") is named.description
+    jid = named.enqueue({"x": 1})["jid"]
+    assert Job.objects.get(jid=jid).job_type == "decorator.named"
