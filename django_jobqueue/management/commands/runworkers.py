@@ -316,6 +316,11 @@ class Command(BaseCommand):
                 tables = connection.introspection.table_names(cursor)
         except DatabaseError:
             return
+        finally:
+            # The foremen use connections of their own threads (or processes): this
+            # one would stay open, idle, for the worker's whole life.
+            if not connection.in_atomic_block:
+                connection.close()
         if Job._meta.db_table not in tables:
             raise CommandError(
                 f"Database {using!r} has no job table ({Job._meta.db_table}): run "
