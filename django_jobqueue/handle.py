@@ -12,6 +12,7 @@ apps' ``jobs`` modules import it while the registry autodiscovers them.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -189,6 +190,35 @@ def _plan_options(cron: str | None, timezone: str | None, catch_up: Any) -> dict
     }
 
 
+def _check_handler(name: str, func: Callable[..., Any]) -> None:
+    """Refuse ``func`` as the handler of job type ``name`` unless it can be called as
+    ``func(payload, ctx)``, as the worker calls it (README "Quickstart"). A callable
+    whose signature Python cannot read (some builtins) is let through.
+
+    Raises
+    ------
+    ImproperlyConfiguredJobQueue
+        If ``func`` is not callable, or its signature does not take two positional
+        arguments.
+    """
+    if not callable(func):
+        raise ImproperlyConfiguredJobQueue(
+            f"Job type {name!r}: @job decorates a function (payload, ctx): got {func!r}."
+        )
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        what = getattr(func, "__qualname__", repr(func))
+        raise ImproperlyConfiguredJobQueue(
+            f"Job type {name!r}: its handler {what}{signature} is called as "
+            f"{what}(payload, ctx) and would fail every attempt ({exc})."
+        ) from None
+
+
 def job(
     name: str,
     *,
@@ -247,7 +277,10 @@ def job(
         If an option is invalid, or ``name`` is already registered to another function;
         at once, before any decoration, if ``name`` is not a string: ``@job`` written
         without its name (README "Quickstart": ``@job("emails.send")``) would
-        otherwise bind the function's name to the decorator and register nothing.
+        otherwise bind the function's name to the decorator and register nothing;
+        if the function cannot be called as ``func(payload, ctx)`` (README
+        "Quickstart"), which every attempt of the type would fail with a TypeError
+        until its jobs are dead letters.
 
     Implements: docs/design.md#execution.
     """
@@ -271,6 +304,7 @@ def job(
     }
 
     def decorator(func: Callable[..., Any]) -> JobHandle:
+        _check_handler(name, func)
         try:
             plan = _plan_options(cron, timezone, catch_up)
         except InvalidOption as exc:

@@ -2,7 +2,9 @@
 
 ``@job`` without its name used to return the inner decorator in place of the handler:
 nothing was registered, and the mistake showed later as an ``AttributeError`` on
-``.enqueue`` far from its cause. It is refused at once, with the fix in the message.
+``.enqueue`` far from its cause. It is refused at once, with the fix in the message; so
+is a handler the worker cannot call as ``handler(payload, ctx)``, whose every attempt
+would fail.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from django_jobqueue import job
-from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue
+from django_jobqueue.core.exceptions import ImproperlyConfiguredJobQueue, UnknownJobType
 from django_jobqueue.models import Job
 from django_jobqueue.store import registry
 from django_jobqueue.store.registry import get_job_description
@@ -45,3 +47,42 @@ def test_job_with_its_name__registers_and_enqueues(monkeypatch: pytest.MonkeyPat
     assert get_job_description("decorator.named") is named.description
     jid = named.enqueue({"x": 1})["jid"]
     assert Job.objects.get(jid=jid).job_type == "decorator.named"
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        lambda payload: None,
+        lambda: None,
+        lambda payload, ctx, extra: None,
+        lambda *, payload, ctx: None,
+    ],
+    ids=["one-argument", "no-argument", "a-third-required", "keyword-only"],
+)
+def test_a_handler_the_worker_cannot_call_as_payload_ctx__is_refused_at_once(handler) -> None:
+    with pytest.raises(ImproperlyConfiguredJobQueue, match=r"is called as .*\(payload, ctx\)"):
+        job("decorator.wrong_signature")(handler)
+    with pytest.raises(UnknownJobType):
+        get_job_description("decorator.wrong_signature")  # nothing was registered
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        lambda payload, ctx: None,
+        lambda payload, ctx, extra=1: None,
+        lambda *args: None,
+        lambda payload, *rest, **options: None,
+    ],
+    ids=["two", "a-third-with-default", "star-args", "star-rest"],
+)
+def test_a_handler_callable_as_payload_ctx__is_accepted(handler, monkeypatch) -> None:
+    registry._autodiscover()
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    handle = job("decorator.fine_signature")(handler)
+    assert get_job_description("decorator.fine_signature") is handle.description
+
+
+def test_job_of_something_not_callable__is_refused() -> None:
+    with pytest.raises(ImproperlyConfiguredJobQueue, match="decorates a function"):
+        job("decorator.not_callable")(42)  # type: ignore[arg-type]

@@ -8,5 +8,5 @@ from django_jobqueue.handle import job
 
 
 @job("nodup.noop", queue="nodup", max_retry=0)
-def noop(payload: Any = None) -> None:
+def noop(payload: Any, ctx: Any) -> None:
     """Do nothing: the no-duplicate tests only create and claim these jobs."""
