@@ -103,6 +103,9 @@ class _Running:
     start_unrecorded: bool = False
     #: It holds one of the foreman's worker slots (counted in ``Foreman._busy``).
     holds_slot: bool = False
+    #: An async job whose handler ignored its timeout's cancellation: its time-out
+    #: was stored and its slot freed without it (:meth:`.aio.ForemanAsync._abandon`).
+    abandoned: bool = False
 
 
 class _Slot:
