@@ -372,6 +372,7 @@ class ForemanAsync:
                 self._outcome(running, status)
             return False
         running.started = started
+        running.deadline = started + job.timeout_ms / 1000  # the heartbeat's look
         with self._busy_lock:
             self._async_running += 1
         aio = self.aio
@@ -602,6 +603,7 @@ class ForemanAsync:
         started, desc, _status = executor.begin(job, running.ctx, self.log_success)
         assert desc is not None  # neither expired nor unknown: _starts_on_loop
         running.started = started
+        running.deadline = started + job.timeout_ms / 1000  # the heartbeat's look
         return running, desc, started
 
     def _starts_on_loop(self, running: _Running) -> bool:

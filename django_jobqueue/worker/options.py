@@ -106,6 +106,9 @@ class _Running:
     #: An async job whose handler ignored its timeout's cancellation: its time-out
     #: was stored and its slot freed without it (:meth:`.aio.ForemanAsync._abandon`).
     abandoned: bool = False
+    #: Past its deadline by ``OVERDUE_S`` and still running: no longer heartbeated
+    #: (:meth:`.housekeeping.ForemanThreads._leases_to_extend`).
+    overdue: bool = False
 
 
 class _Slot:

@@ -5,6 +5,7 @@ docs/design.md#execution): handlers that ignore their cancellation, raise
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -109,3 +110,49 @@ def test_sigterm__a_handler_ignoring_cancellation_does_not_keep_the_process_aliv
     job.refresh_from_db()
     assert job.status in (JobStatus.INIT, JobStatus.RETRY)  # handed back, not lost
     assert job.lease_token == ""
+
+
+@pytest.mark.usefixtures("stubborn")
+def test_a_handler_blocking_the_loop__is_no_longer_heartbeated_and_the_reaper_takes_it():
+    # The loop can neither cancel nor abandon it: the heartbeat stops extending its
+    # lease OVERDUE_S after its timeout, so it does not stay processing for ever.
+    from django_jobqueue.worker.foreman import Foreman, ForemanOptions
+
+    job = job_of(enqueue_job(None, "aio.block_loop", {}, timeout_ms=300))
+    foreman = Foreman(
+        ForemanOptions(
+            concurrency=2,
+            lease_ms=1_000,
+            heartbeat_ms=100,
+            shutdown_timeout_ms=200,
+            min_sleep_ms=5,
+            max_sleep_ms=50,
+        )
+    )
+    thread = threading.Thread(target=lambda: foreman.run(install_signals=False))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 90
+        while Job.objects.filter(pk=job.pk, status=JobStatus.PROCESSING).exists() or (
+            not RunRecord.objects.filter(jid=job.jid).exists()
+        ):
+            assert time.monotonic() < deadline, "still processing: heartbeated for ever"
+            time.sleep(0.05)
+    finally:
+        asyncjobs.stubborn_release.set()
+        foreman.stop()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    job.refresh_from_db()
+    assert job.status == JobStatus.MAX_RETRY
+    assert "lease expired" in job.errors[0]["message"]
+
+
+def test_a_handler_returning_what_json_cannot_encode__fails_for_good():
+    # Checked on the loop before the completer takes it: never a done row without
+    # its result.
+    job = job_of(enqueue_job(None, "aio.not_json", {}))
+    assert drain(concurrency=2) == {"error": 1}
+    job.refresh_from_db()
+    assert job.status == JobStatus.ERROR
+    assert "not JSON" in job.message

@@ -119,3 +119,12 @@ async def not_json_async(payload: Any, ctx: Any) -> Any:
     """Return something JSON cannot encode."""
     await asyncio.sleep(0)
     return {"when": object()}
+
+
+@job("aio.block_loop", max_retry=0)
+async def block_loop_async(payload: Any, ctx: Any) -> str:
+    """Record the run, then block the event loop (no ``await``) until
+    :data:`stubborn_release` is set."""
+    await sync_to_async(record)(ctx, "aio-block-loop")
+    stubborn_release.wait()
+    return "blocked"
