@@ -547,7 +547,16 @@ class ForemanAsync:
                     completer=self.completer,
                     on_stored=lambda stored: self._stored(running, stored),
                     log_success=self.log_success,
+                    on_loop=True,
                 )
+                if status == executor.OFF_LOOP:
+                    # The completer closed meanwhile (a stop): stored from the loop's
+                    # sync thread, where the ORM may run. Written on the loop, it was
+                    # refused (SynchronousOnlyOperation) and the job left processing.
+                    status = await sync_to_async(executor.store_outcome)(
+                        job, ctx, started=started, error=None, result=result,
+                        log_success=self.log_success,
+                    )  # fmt: skip
             else:
                 status = await sync_to_async(executor.store_outcome)(
                     job,
