@@ -128,6 +128,10 @@ class Runner:
         self.abandon()
         self._thread.join(timeout_s)
 
+    def join(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` seconds for the thread to end."""
+        self._thread.join(timeout_s)
+
     @property
     def alive(self) -> bool:
         """Whether the thread still runs."""

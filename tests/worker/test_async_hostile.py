@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.test import override_settings
 
 from django_jobqueue import enqueue_job
 from django_jobqueue.models import Job, JobStatus
@@ -156,3 +157,26 @@ def test_a_handler_returning_what_json_cannot_encode__fails_for_good():
     job.refresh_from_db()
     assert job.status == JobStatus.ERROR
     assert "not JSON" in job.message
+
+
+@pytest.mark.usefixtures("stubborn")
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_burst__a_handler_given_up_on_at_its_timeout_does_not_keep_the_process_alive(processes):
+    # With a middleware that cannot wrap async handlers, one runs in its runner's
+    # thread under async_to_sync, whose event loop runs in a thread the interpreter
+    # joins at exit: the worker said "foreman stopped" and never exited.
+    job = job_of(enqueue_job(None, "aio.stubborn", {}, timeout_ms=300))
+    middleware = {"MIDDLEWARE": ["tests.testapp.jobtypes.asyncjobs.sync_only_middleware"]}
+    with override_settings(JOBQUEUE=middleware):
+        proc = run_workers("--burst", "--processes", processes, wait=False)
+    try:
+        _out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert "exiting without them handlers=1" in err, err[-3000:]
+    job.refresh_from_db()
+    assert job.status == JobStatus.MAX_RETRY
+    assert "TimeoutError" in job.message

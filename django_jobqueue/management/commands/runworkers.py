@@ -26,7 +26,7 @@ from ...core.conf import get_config
 from ...core.exceptions import ImproperlyConfiguredJobQueue
 from ...enqueue import jobs_database
 from ...store.pauses import paused_queues
-from ...worker.foreman import Foreman, ForemanOptions
+from ...worker.foreman import Foreman, ForemanOptions, exit_past_stuck_handlers
 from ...worker.logsetup import runworkers_logging
 from ...worker.supervisor import Supervisor
 
@@ -284,8 +284,10 @@ class Command(BaseCommand):
         # Without a handler in the project's LOGGING, lines get time, level, pid, logger.
         with runworkers_logging(verbosity, cast("IO[str]", self.stderr._out)) as level:
             try:
+                foreman = None
                 if processes == 1:
-                    stats = Foreman(ForemanOptions(**foreman_options)).run()
+                    foreman = Foreman(ForemanOptions(**foreman_options))
+                    stats = foreman.run()
                     code = 0
                 else:
                     supervisor = Supervisor(processes, foreman_options, log_level=level)
@@ -302,6 +304,8 @@ class Command(BaseCommand):
             raise CommandError(
                 "A burst worker process kept crashing; see the log above for its error."
             )
+        if foreman is not None:
+            exit_past_stuck_handlers(foreman)
 
     def _say_paused(self, database: str | None, queues: list[str] | None) -> None:
         """After a --burst run: name the paused queues it was to drain, whose jobs it

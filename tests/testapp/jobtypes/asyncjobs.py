@@ -128,3 +128,13 @@ async def block_loop_async(payload: Any, ctx: Any) -> str:
     await sync_to_async(record)(ctx, "aio-block-loop")
     stubborn_release.wait()
     return "blocked"
+
+
+def sync_only_middleware(handler: Any) -> Any:
+    """A middleware that cannot wrap async handlers (no ``async_capable``): async
+    handlers then run in their runner's thread through ``async_to_sync``."""
+
+    def wrapped(payload: Any, ctx: Any) -> Any:
+        return handler(payload, ctx)
+
+    return wrapped
