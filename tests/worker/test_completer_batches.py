@@ -8,6 +8,7 @@ import time
 
 import pytest
 from django.db import connection
+from django.db import connections as db_connections
 
 from django_jobqueue import enqueue_many, storage
 from django_jobqueue.models import Job, JobStatus
@@ -103,10 +104,18 @@ def test_a_success_from_the_event_loop_after_the_completer_closed__is_stored_off
             on_stored=callbacks.append,
             on_loop=True,
         )
-        second = await sync_to_async(executor.store_outcome)(
-            job, ctx, started=time.monotonic(), error=None, result={"ok": 1}
-        )
+        second = await sync_to_async(store_and_close)(ctx)
         return first, second
+
+    def store_and_close(ctx: JobContext) -> str | None:
+        # In asgiref's shared thread: its session must not outlive this test, for
+        # a later async test to meet it dead.
+        try:
+            return executor.store_outcome(
+                job, ctx, started=time.monotonic(), error=None, result={"ok": 1}
+            )
+        finally:
+            db_connections.close_all()
 
     assert asyncio.run(end_on_the_loop()) == (executor.OFF_LOOP, JobStatus.DONE)
     assert callbacks == []  # nothing was written by the completer, nor refused
