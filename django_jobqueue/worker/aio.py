@@ -12,10 +12,18 @@ on to its next job. No thread waits for an async job:
   while one is free to hand jobs over (:meth:`ForemanAsync._threads_wanted`);
 - its timeout is watched by one task of the loop (every 50 ms): past ``timeout_ms``
   the handler's task is cancelled (``CancelledError`` at its ``await``) and the
-  attempt is stored as timed out, as a sync one is;
+  attempt is stored as timed out, as a sync one is, also when the handler caught
+  the cancellation and returned. A handler still running :data:`_ABANDON_S` after
+  that cancellation (it ignores it, or waits in a long ``sync_to_async`` call) is
+  abandoned as a stuck sync handler's thread is: its time-out is stored, its slot
+  freed, and whatever it returns later is not stored;
 - a cancel request seen by a heartbeat cancels its task the same way, and the
   attempt is stored ``cancelled`` (``ctx.cancelled`` is set first, as for sync
   handlers); a lost lease drops its outcome, as for sync handlers;
+- an exception the handler raises is its attempt's failure, ``BaseException``s
+  too (``SystemExit``, ``KeyboardInterrupt``, a ``CancelledError`` nobody asked
+  for, as an inner task's): raised on, they would end its task unstored or stop
+  the loop of every async job;
 - its success goes to the completer from the loop (no database on the way); any
   other outcome, and the handler's own ``sync_to_async`` ORM calls, run in the
   loop's *sync thread* (``jq-loop-sync``): the loop runs under asgiref's
@@ -64,6 +72,21 @@ logger = logging.getLogger(__name__)
 _STOP_GRACE_S = 5.0
 #: How often (s) the loop looks for async jobs past their timeout.
 _WATCH_S = 0.05
+#: Seconds an async handler has to end after its timeout cancelled it; still
+#: running then, it is abandoned (:meth:`ForemanAsync._abandon`).
+_ABANDON_S = 1.0
+
+
+def _stop_under_shutdown(loop: asyncio.AbstractEventLoop) -> None:
+    """Stop ``loop`` once it runs again, and again every 0.1 s until it is closed:
+    the run that ``asyncio.run`` makes at its end to wait for the tasks it cancels
+    then raises ``RuntimeError`` instead of waiting for ever."""
+
+    def stop() -> None:
+        loop.stop()
+        loop.call_later(0.1, stop)
+
+    loop.call_later(0.1, stop)
 
 
 def is_async_handler(handler: Callable[..., Any]) -> bool:
@@ -89,6 +112,20 @@ def _wrapped_async(
     return handler
 
 
+def _closing(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` that closes its thread's connections after each call (for a
+    ``sync_to_async(thread_sensitive=False)`` call: nobody else closes them there)."""
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return call
+
+
 class ForemanLoop:
     """One event loop in its own thread, run under ``async_to_sync``.
 
@@ -105,6 +142,8 @@ class ForemanLoop:
         self._stop: asyncio.Future[None] | None = None
         self._ready = threading.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Tasks that ignored their cancellation at the stop, left running.
+        self._left_running = 0
         self._thread = threading.Thread(target=self._run, name=f"{name}-sync", daemon=True)
 
     def start(self) -> None:
@@ -118,7 +157,8 @@ class ForemanLoop:
         try:
             async_to_sync(self._main)()
         except Exception:
-            logger.exception("the event loop of async handlers failed")
+            if not self._left_running:
+                logger.exception("the event loop of async handlers failed")
         finally:
             self._ready.set()
             connections.close_all()
@@ -135,7 +175,19 @@ class ForemanLoop:
             for task in pending:
                 task.cancel()
             if pending:
-                await asyncio.wait(pending, timeout=1.0)
+                _done, pending = await asyncio.wait(pending, timeout=1.0)
+            if pending:
+                # They ignore their cancellation: asyncio.run, under async_to_sync,
+                # would cancel and wait for them at its end, for ever, in a thread
+                # the interpreter joins at exit, so the process would never exit
+                # after a SIGTERM. Stop the loop under that wait instead.
+                self._left_running = len(pending)
+                logger.warning(
+                    "async handlers still running at the stop ignore their "
+                    "cancellation; left unfinished tasks=%d",
+                    len(pending),
+                )
+                _stop_under_shutdown(self.loop)
 
     def submit(self, factory: Callable[[], Coroutine[Any, Any, Any]]) -> None:
         """Run the coroutine ``factory()`` makes as a task of the loop (thread-safe)."""
@@ -208,10 +260,14 @@ class ForemanAsync:
         self._async_running = 0
         #: Runners inside a sync job now (from its start to its outcome).
         self._sync_running = 0
-        #: Async jobs running, by job pk: (deadline by ``time.monotonic()``, task).
-        self._async_deadlines: dict[int, tuple[float, asyncio.Task[Any]]] = {}
+        #: Async jobs running, by job pk: (deadline by ``time.monotonic()``, task, job).
+        self._async_deadlines: dict[int, tuple[float, asyncio.Task[Any], _Running]] = {}
         #: Pks of async jobs whose task the timeout watch cancelled.
         self._timed_out: set[int] = set()
+        #: By job pk: how many times its task was cancelled for that job (its
+        #: timeout, a cancel request, a lost lease); any other cancellation of a
+        #: task is the loop's stop.
+        self._job_cancels: dict[int, int] = {}
         self._watchdog: asyncio.Future[None] | None = None
         #: Slots reserved by runners on their way to a job (:meth:`_take_slot`).
         self._reserved = 0
@@ -316,6 +372,7 @@ class ForemanAsync:
                 self._outcome(running, status)
             return False
         running.started = started
+        running.deadline = started + job.timeout_ms / 1000  # the heartbeat's look
         with self._busy_lock:
             self._async_running += 1
         aio = self.aio
@@ -347,12 +404,13 @@ class ForemanAsync:
                 current, desc, started = following
                 await asyncio.sleep(0)  # the loop's other tasks and callbacks first
         finally:
-            with self._slot_free:
-                self._async_running -= 1
-                if current.holds_slot:
-                    current.holds_slot = False
-                    self._busy -= 1
-                self._slot_free.notify()
+            if not current.abandoned:  # else _abandon gave its slot and count back
+                with self._slot_free:
+                    self._async_running -= 1
+                    if current.holds_slot:
+                        current.holds_slot = False
+                        self._busy -= 1
+                    self._slot_free.notify()
 
     async def _watch_timeouts(self) -> None:
         """On the loop: every :data:`_WATCH_S` seconds, cancel the task of each async
@@ -361,17 +419,64 @@ class ForemanAsync:
         while not self._stopping.is_set() or self._async_deadlines:
             await asyncio.sleep(_WATCH_S)
             now = time.monotonic()
-            for pk, (deadline, task) in list(self._async_deadlines.items()):
-                if now >= deadline and pk not in self._timed_out:
+            for pk, (deadline, task, running) in list(self._async_deadlines.items()):
+                if now < deadline:
+                    continue
+                if pk not in self._timed_out:
                     self._timed_out.add(pk)
-                    task.cancel()
+                    self._cancel_for_job(pk, task)
+                elif now >= deadline + _ABANDON_S:
+                    self._abandon(running)
+
+    def _cancel_for_job(self, pk: int, task: asyncio.Task[Any]) -> None:
+        """On the loop: cancel ``task`` for its job ``pk`` (counted, see :meth:`_run_one`)."""
+        self._job_cancels[pk] = self._job_cancels.get(pk, 0) + 1
+        task.cancel()
 
     def _cancel_job(self, pk: int) -> None:
         """On the loop: cancel the task of async job ``pk`` if its handler still runs
         (a late request finds the task running the next job of its chain: left be)."""
         entry = self._async_deadlines.get(pk)
         if entry is not None:
-            entry[1].cancel()
+            self._cancel_for_job(pk, entry[1])
+
+    def _abandon(self, running: _Running) -> None:
+        """On the loop: give up on an async job whose handler ignored its timeout's
+        cancellation for :data:`_ABANDON_S` seconds, as the slot's supervisor gives up
+        on a stuck sync handler: its late outcome is dropped (its lease flagged lost),
+        its slot and its place among the running jobs go now, and its time-out is
+        stored in a thread of its own (the loop's sync thread may be the one stuck,
+        in the handler's ``sync_to_async`` call)."""
+        job = running.job
+        self._async_deadlines.pop(job.pk, None)
+        running.abandoned = True
+        running.ctx.mark_lease_lost(timed_out=True)
+        with self._slot_free:
+            self._async_running -= 1
+            if running.holds_slot:
+                running.holds_slot = False
+                self._busy -= 1
+            self._slot_free.notify()
+        self._unregister(running)
+        logger.error(
+            "async handler ignored its timeout's cancellation, abandoned jid=%s type=%s",
+            job.jid,
+            job.job_type,
+        )
+        assert self.aio is not None
+        self.aio.spawn(lambda: self._store_abandoned(running))
+
+    async def _store_abandoned(self, running: _Running) -> None:
+        """On the loop: store the time-out of an abandoned job (:meth:`_abandon`)."""
+        try:
+            status = await sync_to_async(_closing(executor.time_out), thread_sensitive=False)(
+                running.job, running.ctx, started=running.started
+            )
+            if status is not None:
+                self._outcome(running, status)
+        except Exception:
+            # Left processing: its lease expires and the reaper takes it back.
+            logger.exception("storing an abandoned job's time-out failed jid=%s", running.job.jid)
 
     async def _run_one(
         self,
@@ -385,7 +490,7 @@ class ForemanAsync:
         the completer) its outcome."""
         job, ctx = running.job, running.ctx
         ctx.on_cancel = functools.partial(aio.call, functools.partial(self._cancel_job, job.pk))
-        self._async_deadlines[job.pk] = (started + job.timeout_ms / 1000, task)
+        self._async_deadlines[job.pk] = (started + job.timeout_ms / 1000, task, running)
         status: str | None = None
         pending = False
         try:
@@ -395,18 +500,32 @@ class ForemanAsync:
             timed_out = False
             try:
                 result = await handler(job.payload, ctx)
-            except asyncio.CancelledError:
-                timed_out = job.pk in self._timed_out
-                if not (timed_out or ctx.cancelled or ctx.lease_lost):
-                    raise  # the loop stops: not this job's outcome
-                task.uncancel()  # handled here: the task runs on
-                # Timed out, a cancel request or a lost lease: stored as such below.
-            except Exception as exc:  # noqa: BLE001 (stored as the attempt's failure)
+            except asyncio.CancelledError as exc:
+                # This job's cancellations are handled here (the task runs on); any
+                # other is the loop's stop: not this job's outcome.
+                if self._uncancel(task, job.pk):
+                    raise
+                if not (job.pk in self._timed_out or ctx.cancelled or ctx.lease_lost):
+                    error = exc  # raised by the handler unasked (an inner task's)
+                # Else timed out, a cancel request or a lost lease: stored as such below.
+            except GeneratorExit:
+                raise  # the coroutine is closed (a task left running at the stop)
+            except BaseException as exc:  # noqa: BLE001 (stored as the attempt's failure)
+                # SystemExit, KeyboardInterrupt too: raised on, they stop the loop.
+                self._uncancel(task, job.pk)
                 error = exc
+            else:
+                self._uncancel(task, job.pk)
             finally:
                 ctx.on_cancel = None
-                self._async_deadlines.pop(job.pk, None)
+                if not running.abandoned:
+                    self._async_deadlines.pop(job.pk, None)
+                # Cancelled by its timeout: stored as timed out, whatever it did then.
+                timed_out = job.pk in self._timed_out and not running.abandoned
                 self._timed_out.discard(job.pk)
+                self._job_cancels.pop(job.pk, None)
+            if running.abandoned:
+                return  # its time-out was stored by _abandon's task
             run_ms = (time.monotonic() - started) * 1000
             self.recent_run_ms += (run_ms - self.recent_run_ms) / 20
             self._record_run(job.job_type, run_ms)
@@ -428,7 +547,16 @@ class ForemanAsync:
                     completer=self.completer,
                     on_stored=lambda stored: self._stored(running, stored),
                     log_success=self.log_success,
+                    on_loop=True,
                 )
+                if status == executor.OFF_LOOP:
+                    # The completer closed meanwhile (a stop): stored from the loop's
+                    # sync thread, where the ORM may run. Written on the loop, it was
+                    # refused (SynchronousOnlyOperation) and the job left processing.
+                    status = await sync_to_async(executor.store_outcome)(
+                        job, ctx, started=started, error=None, result=result,
+                        log_success=self.log_success,
+                    )  # fmt: skip
             else:
                 status = await sync_to_async(executor.store_outcome)(
                     job,
@@ -449,6 +577,14 @@ class ForemanAsync:
         finally:
             if not pending:
                 self._unregister(running)
+
+    def _uncancel(self, task: asyncio.Task[Any], pk: int) -> int:
+        """Take back ``task``'s cancellations made for job ``pk``; return how many
+        other cancellations it still has (the loop's stop)."""
+        for _ in range(self._job_cancels.pop(pk, 0)):
+            if task.uncancel() <= 0:
+                break
+        return task.cancelling()
 
     def _next_on_loop(self) -> tuple[_Running, JobDescription, float] | None:
         """On the loop, as an async job ends: take the next held job if the loop can
@@ -476,6 +612,7 @@ class ForemanAsync:
         started, desc, _status = executor.begin(job, running.ctx, self.log_success)
         assert desc is not None  # neither expired nor unknown: _starts_on_loop
         running.started = started
+        running.deadline = started + job.timeout_ms / 1000  # the heartbeat's look
         return running, desc, started
 
     def _starts_on_loop(self, running: _Running) -> bool:

@@ -95,13 +95,22 @@ class Completer:
         self._thread.start()
 
     def submit(
-        self, job: Job, result: Any, callback: Callback, *, run_ms: int | None = None
-    ) -> None:
+        self,
+        job: Job,
+        result: Any,
+        callback: Callback,
+        *,
+        run_ms: int | None = None,
+        inline: bool = True,
+    ) -> bool:
         """Queue ``job``'s success (``result`` already checked as JSON) for the next write.
 
         ``callback(stored)`` runs in the completer's thread after the write (in the
         caller's, once the completer is closed). ``run_ms``: the handler's run time
-        in ms, for the statistics (None: since the claim).
+        in ms, for the statistics (None: since the claim). Returns False, with
+        nothing written and no callback, when the completer is closed and not
+        ``inline``: an event loop's thread, where the ORM refuses to run, stores the
+        outcome elsewhere (:mod:`.aio`); else True.
         """
         with self._cond:
             if not self._closed:
@@ -113,8 +122,11 @@ class Completer:
                 waiting = len(self._pending)
                 if waiting == 1 or waiting >= self.max_batch or self._busy() <= 0:
                     self._cond.notify_all()
-                return
+                return True
+        if not inline:
+            return False
         self._write([(job, result, callback, run_ms)])
+        return True
 
     def flush(self) -> None:
         """Write every outcome waiting now, in this thread; return once stored, and

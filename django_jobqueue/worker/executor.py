@@ -53,6 +53,7 @@ from .context import JobContext
 from .middleware import Handler, Middleware, apply_middleware
 
 __all__ = [
+    "OFF_LOOP",
     "PENDING",
     "Runner",
     "begin",
@@ -65,6 +66,9 @@ __all__ = [
 
 #: What :func:`execute` returns when a success was handed to a completer.
 PENDING = "pending"
+#: What :func:`store_outcome` returns, with ``on_loop``, for a success the closed
+#: completer did not take: nothing stored, the caller stores it off the loop.
+OFF_LOOP = "off_loop"
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +126,10 @@ class Runner:
         """Let the thread exit and wait up to ``timeout_s`` seconds for it (and its
         connections) to close."""
         self.abandon()
+        self._thread.join(timeout_s)
+
+    def join(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` seconds for the thread to end."""
         self._thread.join(timeout_s)
 
     @property
@@ -364,6 +372,7 @@ def store_outcome(
     completer: Completer | None = None,
     on_stored: Callable[[str | None], None] | None = None,
     log_success: bool = True,
+    on_loop: bool = False,
 ) -> str | None:
     """Store what the handler of ``job`` did: raised ``error`` (None: it returned
     ``result``), was cancelled, or ran with its lease lost (nothing is stored).
@@ -371,7 +380,9 @@ def store_outcome(
     ``started`` is the attempt's ``time.monotonic()`` start; ``completer``,
     ``on_stored`` and ``log_success`` as :func:`execute` takes them. Returns what
     :func:`execute` returns. A success handed to ``completer`` reads no database
-    here (:func:`result_problem` passed): the async path calls it on its event loop.
+    here (:func:`result_problem` passed): the async path calls it on its event loop,
+    with ``on_loop``: a completer closed meanwhile (a stop) then returns
+    :data:`OFF_LOOP`, nothing stored, where it would write in this thread.
     """
     if ctx.lease_lost:
         # Timed out, handed back or reaped meanwhile: the outcome is not ours to store.
@@ -422,10 +433,10 @@ def store_outcome(
             problem,  # repr: the encoder's words may quote the odd value itself
         )
     elif completer is not None:
-        completer.submit(
-            job, result, _after_store(job, started, on_stored, log_success), run_ms=run_ms
-        )
-        return PENDING
+        callback = _after_store(job, started, on_stored, log_success)
+        if completer.submit(job, result, callback, run_ms=run_ms, inline=not on_loop):
+            return PENDING
+        return OFF_LOOP
     else:
         status = JobStatus.DONE if storage.complete(job, result, run_ms=run_ms) else None
     _log_end(job, status, started, log_success)

@@ -45,6 +45,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -212,6 +213,8 @@ class Foreman(ForemanSlots, ForemanClaims, ForemanThreads, ForemanAsync):
         self._running: dict[int, _Running] = {}
         self._running_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        #: Runners given up on at their job's timeout (:meth:`stuck_handlers`).
+        self.abandoned_runners: list[Any] = []
         self._slot_seq = 0
         self._idle_exit = threading.Event()
         #: Held while a reap or a materialising pass writes due work, so a burst's
@@ -301,6 +304,20 @@ class Foreman(ForemanSlots, ForemanClaims, ForemanThreads, ForemanAsync):
             return self._serve()
         finally:
             relay.close()  # also when the start failed (a bad SCHEDULES, say)
+
+    def stuck_handlers(self, grace_s: float = 5.0) -> int:
+        """After :meth:`run`: wait up to ``grace_s`` seconds for the runner threads
+        given up on at their job's timeout to end; return how many still run.
+
+        Such a runner may hold a thread the interpreter joins at exit: an async
+        handler run through ``async_to_sync`` (a middleware that cannot wrap async
+        handlers, a sync function returning an awaitable) runs its event loop in
+        one, so the process would never exit (:func:`exit_past_stuck_handlers`).
+        """
+        deadline = time.monotonic() + grace_s
+        for runner in self.abandoned_runners:
+            runner.join(max(0.0, deadline - time.monotonic()))
+        return sum(1 for runner in self.abandoned_runners if runner.alive)
 
     @property
     def stopping(self) -> bool:
@@ -439,6 +456,29 @@ class Foreman(ForemanSlots, ForemanClaims, ForemanThreads, ForemanAsync):
         if self.external_types:  # the gateway's workers run these
             due = due.exclude(job_type__in=sorted(self.external_types))
         return due.exists()
+
+
+def exit_past_stuck_handlers(foreman: Foreman, code: int = 0) -> None:
+    """End the process now (``os._exit(code)``, logs and streams flushed) when
+    ``foreman``, stopped, still has handlers it gave up on at their timeout running
+    (:meth:`Foreman.stuck_handlers`); else return. For ``runworkers`` and its
+    children only: a worker process must exit once its jobs are stored or handed
+    back, as it does past a stuck sync handler (its thread is a daemon).
+    """
+    stuck = foreman.stuck_handlers()
+    if not stuck:
+        return
+    logger.warning(
+        "handlers given up on at their timeout still run: exiting without them handlers=%d",
+        stuck,
+    )
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def run_foreman(

@@ -58,6 +58,12 @@ logger = logging.getLogger(__name__)
 _SCHEDULE_EVERY_S = 1.0
 #: Pause (s) before a failed heartbeat is tried again (at most the beat interval).
 _BEAT_RETRY_S = 0.5
+#: Seconds past its ``timeout_ms`` after which a job still among the running ones
+#: (its outcome not waiting to be written) has its lease no longer extended: its
+#: handler could not be ended there (an ``async def`` one that blocks the event
+#: loop, which then can neither cancel nor abandon it), so the reaper takes the job
+#: back once the lease runs out, rather than it staying processing for ever.
+OVERDUE_S = 5.0
 #: How often the heartbeat thread looks for progress reports to store between rounds, s.
 PROGRESS_TICK_S = MIN_INTERVAL_S
 #: How often (s) the housekeeping thread writes the process's job statistics.
@@ -288,10 +294,32 @@ class ForemanThreads:
                 self.completer.flush()
             except Exception:
                 logger.warning("flushing completions failed", exc_info=True)
-        beaten = self._beat_leases(self._snapshot())
+        beaten = self._beat_leases(self._leases_to_extend())
         self._beat_registry()
         recycle_connections()
         return beaten
+
+    def _leases_to_extend(self) -> list[_Running]:
+        """The running jobs whose lease the next beat extends: all but those
+        :data:`OVERDUE_S` seconds past their timeout (logged once each)."""
+        now = time.monotonic()
+        extend = []
+        for running in self._snapshot():
+            if running.storing or now < running.deadline + OVERDUE_S:
+                extend.append(running)
+            elif not running.overdue:
+                running.overdue = True
+                logger.error(
+                    "job still running %.0f s past its timeout_ms=%d and its handler "
+                    "could not be ended (an async handler blocking the event loop?): "
+                    "its lease is no longer extended, the reaper takes it back "
+                    "jid=%s type=%s",
+                    now - running.deadline,
+                    running.job.timeout_ms,
+                    running.job.jid,
+                    running.job.job_type,
+                )
+        return extend
 
     def _beat_progress(self) -> None:
         """Beat the running jobs whose progress report is ready (none: no statement)."""

@@ -103,6 +103,12 @@ class _Running:
     start_unrecorded: bool = False
     #: It holds one of the foreman's worker slots (counted in ``Foreman._busy``).
     holds_slot: bool = False
+    #: An async job whose handler ignored its timeout's cancellation: its time-out
+    #: was stored and its slot freed without it (:meth:`.aio.ForemanAsync._abandon`).
+    abandoned: bool = False
+    #: Past its deadline by ``OVERDUE_S`` and still running: no longer heartbeated
+    #: (:meth:`.housekeeping.ForemanThreads._leases_to_extend`).
+    overdue: bool = False
 
 
 class _Slot:

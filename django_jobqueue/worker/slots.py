@@ -65,6 +65,7 @@ class ForemanSlots:
     _slot_seq: int
     _running: dict[int, _Running]
     _running_lock: threading.Lock
+    abandoned_runners: list[executor.Runner]
 
     # Of the Foreman and the other mixins (annotations only).
     _wait: Callable[..., None]
@@ -106,6 +107,7 @@ class ForemanSlots:
                 timed_out = self._supervise(call, slot, halt)
                 if timed_out:
                     runner.abandon()
+                    self.abandoned_runners.append(runner)
                     runner = executor.Runner(f"{name}-runner")
                     continue
                 if call.error is not None:

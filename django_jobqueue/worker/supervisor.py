@@ -78,7 +78,7 @@ def _child_main(
     add_default_handler()
 
     # deferred: a spawned child imports this module before django.setup() above
-    from .foreman import Foreman, ForemanOptions
+    from .foreman import Foreman, ForemanOptions, exit_past_stuck_handlers
 
     foreman = Foreman(ForemanOptions(**options))
     threading.Thread(
@@ -91,6 +91,7 @@ def _child_main(
     # then takes no lock with it that another child's report would wait on.
     report.send(stats)
     report.close()
+    exit_past_stuck_handlers(foreman)
 
 
 class Supervisor:

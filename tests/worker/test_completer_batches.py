@@ -8,6 +8,7 @@ import time
 
 import pytest
 from django.db import connection
+from django.db import connections as db_connections
 
 from django_jobqueue import enqueue_many, storage
 from django_jobqueue.models import Job, JobStatus
@@ -68,3 +69,56 @@ def test_completer__a_flush_writes_at_most_a_batch_at_a_time() -> None:
     completer.flush()
     assert (completer.flushes, completer.written) == (3, 10)
     assert stored == [True] * 10
+
+
+def test_a_success_from_the_event_loop_after_the_completer_closed__is_stored_off_the_loop() -> None:
+    # A stop closes the completer while async jobs may still end. Such a success was
+    # written on the event loop's thread, where Django refuses the ORM
+    # (SynchronousOnlyOperation, logged as "database unreachable"): not stored, and the
+    # job left processing until its lease ran out. On the loop the closed completer
+    # now writes nothing and says so (OFF_LOOP); the async path stores it in the
+    # loop's sync thread (django_jobqueue/worker/aio.py), as done here.
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    from django_jobqueue.worker import executor
+    from django_jobqueue.worker.context import JobContext
+
+    enqueue_many([{"job_type": "maint.noop"}])
+    [job] = storage.claim("default", owner="w", limit=1, lease_ms=60_000)
+    completer = Completer(busy=lambda: 0)
+    completer.start()
+    completer.close()
+    callbacks: list[str | None] = []
+
+    async def end_on_the_loop() -> tuple[str | None, str | None]:
+        ctx = JobContext(job, worker="w", lease_ms=60_000)
+        first = executor.store_outcome(
+            job,
+            ctx,
+            started=time.monotonic(),
+            error=None,
+            result={"ok": 1},
+            completer=completer,
+            on_stored=callbacks.append,
+            on_loop=True,
+        )
+        second = await sync_to_async(store_and_close)(ctx)
+        return first, second
+
+    def store_and_close(ctx: JobContext) -> str | None:
+        # In asgiref's shared thread: its session must not outlive this test, for
+        # a later async test to meet it dead.
+        try:
+            return executor.store_outcome(
+                job, ctx, started=time.monotonic(), error=None, result={"ok": 1}
+            )
+        finally:
+            db_connections.close_all()
+
+    assert asyncio.run(end_on_the_loop()) == (executor.OFF_LOOP, JobStatus.DONE)
+    assert callbacks == []  # nothing was written by the completer, nor refused
+    job.refresh_from_db()
+    assert job.status == JobStatus.DONE
+    assert job.result == {"ok": 1}

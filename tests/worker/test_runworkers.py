@@ -344,14 +344,45 @@ def test_checks__a_failing_check_of_what_a_worker_uses_stops_it(check_that_fails
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--concurrency", "0"], "expected a number >= 1, got 0"),
+        (["--concurrency", "0"], "expected a number from 1 to 10000, got 0"),
+        (["--concurrency", "-3"], "expected a number from 1 to 10000, got -3"),
+        (["--processes", "0"], "expected a number from 1 to 1000, got 0"),
         (["--lease", "abc"], "expected milliseconds as a whole number, got 'abc'"),
         (["--queues", "a,,b"], "expected comma-separated queue names"),
+        (["--prefetch", "-1"], "expected a number from 0 to 10000, got -1"),
+        (["--prefetch-ms", "-1"], "expected milliseconds from 0 to 2147483647, got -1"),
+        (["--prefetch-ms", "1.5"], "expected milliseconds as a whole number, got '1.5'"),
+        # Too large: each made a worker that retried a failing statement for ever
+        # (bigint out of range) or died of an OverflowError in a thread's wait.
+        (["--concurrency", "99999999999999999999"], "expected a number from 1 to 10000"),
+        (["--prefetch", "99999999999999999999"], "expected a number from 0 to 10000"),
+        (["--lease", "99999999999999999999"], "expected milliseconds from 0 to 2147483647"),
+        (["--break-time", "2147483648"], "expected milliseconds from 0 to 2147483647"),
+        (["--ramp-time", "99999999999999999999"], "expected milliseconds from 0 to 2147483647"),
     ],
 )
 def test_bad_flags__are_rejected(args, message):
     with pytest.raises(CommandError, match=message):
         call_command("runworkers", *args)
+
+
+def test_flags_at_their_largest__drain_and_exit():
+    largest = str(2**31 - 1)
+    jids = [job.jid for job in enqueue_many([{"job_type": "worker.record"}] * 50)]
+    proc = run_workers(
+        "--burst", "-v", "0",
+        "--concurrency", "10000",
+        "--prefetch", "10000",
+        "--prefetch-ms", largest,
+        "--lease", largest,
+        "--heartbeat", largest,
+        "--shutdown-timeout", largest,
+        "--max-sleep", largest,
+        "--ramp-time", largest,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert Job.objects.filter(jid__in=jids, status=JobStatus.DONE).count() == 50
 
 
 def test_lease_below_one_second__is_a_command_error():

@@ -10,6 +10,8 @@ the logging set-up (a default handler when the project's ``LOGGING`` has none fo
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
 from typing import IO, Any, cast
 
 from django.core import checks
@@ -26,41 +28,47 @@ from ...core.exceptions import ImproperlyConfiguredJobQueue
 from ...enqueue import jobs_database
 from ...models import Job
 from ...store.pauses import paused_queues
-from ...worker.foreman import Foreman, ForemanOptions
+from ...worker.foreman import Foreman, ForemanOptions, exit_past_stuck_handlers
 from ...worker.logsetup import runworkers_logging
 from ...worker.supervisor import Supervisor
 
+#: Largest value of a millisecond flag: 2**31 - 1 ms, 24.8 days. Larger ones
+#: overflowed a thread's wait (OverflowError: a traceback, or a slot thread gone)
+#: or the database's integers and timestamps (a lease, a worker row): a worker that
+#: retried the failing statement for ever.
+MAX_MS = 2**31 - 1
+#: Largest --concurrency (threads of one process), --processes and --prefetch (jobs
+#: one claim takes beyond its free slots; docs/prefetch.md).
+MAX_CONCURRENCY = 10_000
+MAX_PROCESSES = 1_000
+MAX_PREFETCH = 10_000
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
 
-
-def _ms(text: str) -> int:
+def _whole(text: str, what: str, low: int, high: int) -> int:
+    """``text`` as an int in [``low``, ``high``]; argparse's error (a usage line,
+    exit 2, or a CommandError under call_command) naming ``what`` otherwise."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected milliseconds as a whole number, got {text!r}"
+            f"expected {what} as a whole number, got {text!r}"
         ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {value}")
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"expected {what} from {low} to {high}, got {value}")
     return value
+
+
+def _positive_int(high: int) -> Callable[[str], int]:
+    """A flag's type: a whole number from 1 to ``high``."""
+    return functools.partial(_whole, what="a number", low=1, high=high)
+
+
+def _ms(text: str) -> int:
+    return _whole(text, "milliseconds", 0, MAX_MS)
 
 
 def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
+    return _whole(text, "a number", 0, MAX_PREFETCH)
 
 
 def _queues(text: str) -> list[str]:
@@ -133,13 +141,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=_positive_int,
+            type=_positive_int(MAX_CONCURRENCY),
             default=None,
             help="Worker threads per process (default: JOBQUEUE['CONCURRENCY']).",
         )
         parser.add_argument(
             "--processes",
-            type=_positive_int,
+            type=_positive_int(MAX_PROCESSES),
             default=1,
             help="Foreman processes under one supervisor that restarts crashed ones "
             "(default: %(default)r).",
@@ -279,8 +287,10 @@ class Command(BaseCommand):
         # Without a handler in the project's LOGGING, lines get time, level, pid, logger.
         with runworkers_logging(verbosity, cast("IO[str]", self.stderr._out)) as level:
             try:
+                foreman = None
                 if processes == 1:
-                    stats = Foreman(ForemanOptions(**foreman_options)).run()
+                    foreman = Foreman(ForemanOptions(**foreman_options))
+                    stats = foreman.run()
                     code = 0
                 else:
                     supervisor = Supervisor(processes, foreman_options, log_level=level)
@@ -297,6 +307,8 @@ class Command(BaseCommand):
             raise CommandError(
                 "A burst worker process kept crashing; see the log above for its error."
             )
+        if foreman is not None:
+            exit_past_stuck_handlers(foreman)
 
     def _require_job_table(self, using: str) -> None:
         """Refuse to start on a database without the job table: ``manage.py migrate``

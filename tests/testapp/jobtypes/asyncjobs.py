@@ -78,3 +78,63 @@ async def sleep_async(payload: Any, ctx: Any) -> str:
 @job("aio.noop", max_retry=0)
 async def noop_async(payload: Any, ctx: Any) -> None:
     """Do nothing."""
+
+
+#: Set to let aio.stubborn handlers end (tests/worker/test_async_hostile.py).
+stubborn_release = threading.Event()
+
+
+@job("aio.stubborn", max_retry=0)
+async def stubborn_async(payload: Any, ctx: Any) -> str:
+    """Record the run, then ignore every cancellation (a timeout's, a cancel
+    request's, the worker's stop) until :data:`stubborn_release` is set; with
+    ``payload["give_up"]``, return at the first one instead."""
+    await sync_to_async(record)(ctx, "aio-stubborn")
+    while not stubborn_release.is_set():
+        try:
+            await asyncio.sleep(0.02)
+        except asyncio.CancelledError:
+            if (payload or {}).get("give_up"):
+                return "gave up"
+    return "ignored"
+
+
+@job("aio.raise_cancelled", max_retry=1)
+async def raise_cancelled_async(payload: Any, ctx: Any) -> None:
+    """Raise ``CancelledError`` itself (an inner task that was cancelled), unasked."""
+    await sync_to_async(record)(ctx, "aio-raise-cancelled")
+    raise asyncio.CancelledError("an inner task was cancelled")
+
+
+@job("aio.raise_base", max_retry=0)
+async def raise_base_async(payload: Any, ctx: Any) -> None:
+    """Raise a ``BaseException`` that is no ``Exception`` (``payload["kind"]``)."""
+    await sync_to_async(record)(ctx, "aio-raise-base")
+    kinds = {"exit": SystemExit, "interrupt": KeyboardInterrupt, "base": BaseException}
+    raise kinds[payload["kind"]]("raised by the handler")
+
+
+@job("aio.not_json", max_retry=0)
+async def not_json_async(payload: Any, ctx: Any) -> Any:
+    """Return something JSON cannot encode."""
+    await asyncio.sleep(0)
+    return {"when": object()}
+
+
+@job("aio.block_loop", max_retry=0)
+async def block_loop_async(payload: Any, ctx: Any) -> str:
+    """Record the run, then block the event loop (no ``await``) until
+    :data:`stubborn_release` is set."""
+    await sync_to_async(record)(ctx, "aio-block-loop")
+    stubborn_release.wait()
+    return "blocked"
+
+
+def sync_only_middleware(handler: Any) -> Any:
+    """A middleware that cannot wrap async handlers (no ``async_capable``): async
+    handlers then run in their runner's thread through ``async_to_sync``."""
+
+    def wrapped(payload: Any, ctx: Any) -> Any:
+        return handler(payload, ctx)
+
+    return wrapped
