@@ -295,12 +295,17 @@ class ForemanAsync:
                 await asyncio.sleep(0)  # the loop's other tasks and callbacks first
         finally:
             if not current.abandoned:  # else _abandon gave its slot and count back
-                with self._slot_free:
-                    self._async_running -= 1
-                    if current.holds_slot:
-                        current.holds_slot = False
-                        self._busy -= 1
-                    self._slot_free.notify()
+                self._leave_loop(current)
+
+    def _leave_loop(self, running: _Running) -> None:
+        """An async job leaves the loop (its chain ended, or it was abandoned): one
+        fewer async job runs, and its slot, if it still holds one, goes back."""
+        with self._slot_free:
+            self._async_running -= 1
+            if running.holds_slot:
+                running.holds_slot = False
+                self._busy -= 1
+            self._slot_free.notify()
 
     async def _watch_timeouts(self) -> None:
         """On the loop: every :data:`_WATCH_S` seconds, cancel the task of each async
@@ -341,12 +346,7 @@ class ForemanAsync:
         self._async_deadlines.pop(job.pk, None)
         running.abandoned = True
         running.ctx.mark_lease_lost(timed_out=True)
-        with self._slot_free:
-            self._async_running -= 1
-            if running.holds_slot:
-                running.holds_slot = False
-                self._busy -= 1
-            self._slot_free.notify()
+        self._leave_loop(running)
         self._unregister(running)
         logger.error(
             "async handler ignored its timeout's cancellation, abandoned jid=%s type=%s",
