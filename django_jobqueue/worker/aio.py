@@ -387,7 +387,6 @@ class ForemanAsync:
             handler = _wrapped_async(desc.handler, self.middleware)
             error: BaseException | None = None
             result: Any = None
-            timed_out = False
             try:
                 result = await handler(job.payload, ctx)
             except asyncio.CancelledError as exc:

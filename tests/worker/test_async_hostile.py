@@ -16,7 +16,7 @@ from django_jobqueue import enqueue_job
 from django_jobqueue.models import Job, JobStatus
 from tests.testapp.jobtypes import asyncjobs
 from tests.testapp.models import RunRecord
-from tests.workers_helpers import drain, run_workers
+from tests.workers_helpers import abort_process, drain, run_workers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,9 +103,7 @@ def test_sigterm__a_handler_ignoring_cancellation_does_not_keep_the_process_aliv
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=90)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        abort_process(proc)  # only if stuck: its stacks go to its stderr
     assert proc.returncode == 0, err[-3000:]
     assert "ignore their cancellation" in err
     job.refresh_from_db()
@@ -172,9 +170,7 @@ def test_burst__a_handler_given_up_on_at_its_timeout_does_not_keep_the_process_a
     try:
         _out, err = proc.communicate(timeout=90)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        abort_process(proc)  # only if stuck: its stacks go to its stderr
     assert proc.returncode == 0, err[-3000:]
     assert "exiting without them handlers=1" in err, err[-3000:]
     job.refresh_from_db()
