@@ -59,9 +59,25 @@ def browser():
     os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
-def shot(page, name):
+def shot(page, name, attempts=3):
+    """Save a full-page screenshot of ``page`` to ``.artifacts/console-{name}.png``.
+
+    Chromium now and then refuses one capture with "Unable to capture screenshot" on a
+    loaded machine and takes the same picture when asked again, so that one refusal is
+    asked again up to ``attempts`` times, 0.5 s apart; any other error, or the refusal
+    every time, is raised.
+    """
+    from playwright.sync_api import Error as PlaywrightError
+
     ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"), full_page=True)
+    for attempt in range(1, attempts + 1):
+        try:
+            page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"), full_page=True)
+            return
+        except PlaywrightError as error:
+            if "Unable to capture screenshot" not in str(error) or attempt == attempts:
+                raise
+            time.sleep(0.5)
 
 
 def seed():
