@@ -23,11 +23,12 @@ from django.dispatch import receiver
 from .durations import parse_duration
 from .exceptions import ImproperlyConfiguredJobQueue, InvalidOption
 from .limitspec import Limit, parse_limit
-from .validation import QUEUE_NAME_RULE, queue_name_problem
+from .validation import MAX_INT, QUEUE_NAME_RULE, queue_name_problem
 
 __all__ = [
     "DEFAULTS",
     "GATEWAY_DEFAULTS",
+    "MAX_CONCURRENCY",
     "GatewaySettings",
     "JobQueueSettings",
     "QueueOptions",
@@ -132,33 +133,54 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
     # handler: {"pdf.render": {"queue": "node", "max_retry": 5, "timeout": "2m"}}.
     "JOB_TYPES": {},
 }
-_GATEWAY_INT_KEYS = {
-    "MAX_BATCH": 1,
-    "MAX_BODY_BYTES": 1,
-    "RATE_PER_MINUTE": 0,
-    "CLAIM_POLL_MS": 10,
-    "MAX_WAITING_CLAIMS": 0,
+#: Integer keys of ``JOBQUEUE["GATEWAY"]``: (least, largest or None: no bound).
+_GATEWAY_INT_KEYS: dict[str, tuple[int, int | None]] = {
+    "MAX_BATCH": (1, None),
+    "MAX_BODY_BYTES": (1, None),
+    "RATE_PER_MINUTE": (0, None),
+    "CLAIM_POLL_MS": (10, MAX_INT),
+    "MAX_WAITING_CLAIMS": (0, None),
 }
 
-_INT_KEYS = {
-    "CONCURRENCY": 1,
-    "BREAK_TIME_MS": 0,
-    "RAMP_TIME_MS": 0,
-    "PREFETCH_MS": 0,
-    "MIN_SLEEP_MS": 1,
-    "MAX_SLEEP_MS": 1,
-    "LEASE_MS": 1_000,
-    "HEARTBEAT_MS": 100,
-    "DEFAULT_PRIORITY": 1,
-    "DEFAULT_MAX_RETRY": 0,
-    "DEFAULT_TIMEOUT_MS": 1,
-    "BACKOFF_BASE_MS": 0,
-    "BACKOFF_MAX_MS": 0,
-    "LOCK_TIMEOUT_MS": 0,
-    "SHUTDOWN_TIMEOUT_MS": 0,
-    "MAX_PAYLOAD_BYTES": 1,
-    "MAX_RESULT_BYTES": 1,
+#: Most worker threads of one process (``CONCURRENCY``, ``runworkers --concurrency``).
+MAX_CONCURRENCY = 10_000
+
+#: Integer keys of ``JOBQUEUE``: (least, largest or None: no bound). Every ms key,
+#: the priority and the retries stop at :data:`~.validation.MAX_INT` (a signed 32-bit
+#: column's largest, 24.8 days in ms): a larger one passed, and every worker then
+#: retried a failing step for ever (a lease past the largest date, a wait that
+#: overflows, an integer column out of range).
+_INT_KEYS: dict[str, tuple[int, int | None]] = {
+    "CONCURRENCY": (1, MAX_CONCURRENCY),
+    "BREAK_TIME_MS": (0, MAX_INT),
+    "RAMP_TIME_MS": (0, MAX_INT),
+    "PREFETCH_MS": (0, MAX_INT),
+    "MIN_SLEEP_MS": (1, MAX_INT),
+    "MAX_SLEEP_MS": (1, MAX_INT),
+    "LEASE_MS": (1_000, MAX_INT),
+    "HEARTBEAT_MS": (100, MAX_INT),
+    "DEFAULT_PRIORITY": (1, MAX_INT),
+    "DEFAULT_MAX_RETRY": (0, MAX_INT),
+    "DEFAULT_TIMEOUT_MS": (1, MAX_INT),
+    "BACKOFF_BASE_MS": (0, MAX_INT),
+    "BACKOFF_MAX_MS": (0, MAX_INT),
+    "LOCK_TIMEOUT_MS": (0, MAX_INT),
+    "SHUTDOWN_TIMEOUT_MS": (0, MAX_INT),
+    "MAX_PAYLOAD_BYTES": (1, None),
+    "MAX_RESULT_BYTES": (1, None),
 }
+
+
+def _int_problem(value: Any, least: int, largest: int | None) -> str | None:
+    """Say what an integer key must be when ``value`` is not such an integer, else None."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if is_int and value >= least and (largest is None or value <= largest):
+        return None
+    if largest is None:
+        return f"must be an integer >= {least}"
+    return f"must be an integer from {least} to {largest:,}"
+
+
 _DURATION_KEYS = ("KEEP", "RETENTION", "STATS_RETENTION", "AUDIT_KEEP", "REPAIR_WINDOW")
 _QUEUE_OPTION_KEYS = frozenset({"dedupe", "keep", "limits"})
 
@@ -198,12 +220,10 @@ def _parse_gateway(raw: Any, errors: list[str]) -> GatewaySettings:
             f"{sorted(GATEWAY_DEFAULTS)}."
         )
     values = {**GATEWAY_DEFAULTS, **raw}
-    for key, minimum in _GATEWAY_INT_KEYS.items():
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            errors.append(
-                f"JOBQUEUE['GATEWAY'][{key!r}] must be an integer >= {minimum}: got {value!r}."
-            )
+    for key, (least, largest) in _GATEWAY_INT_KEYS.items():
+        problem = _int_problem(values[key], least, largest)
+        if problem is not None:
+            errors.append(f"JOBQUEUE['GATEWAY'][{key!r}] {problem}: got {values[key]!r}.")
     job_types = values["JOB_TYPES"]
     if not isinstance(job_types, Mapping) or not all(
         isinstance(options, Mapping) and "handler" not in options for options in job_types.values()
@@ -280,10 +300,10 @@ def _parse(raw: Mapping[str, Any]) -> tuple[JobQueueSettings | None, list[str]]:
             f"JOBQUEUE has unknown keys {unknown}; the known keys are {sorted(DEFAULTS)}."
         )
     values = {**DEFAULTS, **raw}
-    for key, minimum in _INT_KEYS.items():
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            errors.append(f"JOBQUEUE[{key!r}] must be an integer >= {minimum}: got {value!r}.")
+    for key, (least, largest) in _INT_KEYS.items():
+        problem = _int_problem(values[key], least, largest)
+        if problem is not None:
+            errors.append(f"JOBQUEUE[{key!r}] {problem}: got {values[key]!r}.")
     for key in ("CLEAN_ERROR", "NOTIFY", "LOG_SUCCESS"):
         if not isinstance(values[key], bool):
             errors.append(f"JOBQUEUE[{key!r}] must be True or False: got {values[key]!r}.")

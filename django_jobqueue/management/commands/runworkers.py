@@ -23,8 +23,9 @@ from django.core.management.base import (
 )
 from django.db import DatabaseError, connections
 
-from ...core.conf import get_config
+from ...core.conf import MAX_CONCURRENCY, get_config
 from ...core.exceptions import ImproperlyConfiguredJobQueue
+from ...core.validation import MAX_INT
 from ...enqueue import jobs_database
 from ...models import Job
 from ...store.pauses import paused_queues
@@ -32,14 +33,13 @@ from ...worker.foreman import Foreman, ForemanOptions, exit_past_stuck_handlers
 from ...worker.logsetup import runworkers_logging
 from ...worker.supervisor import Supervisor
 
-#: Largest value of a millisecond flag: 2**31 - 1 ms, 24.8 days. Larger ones
-#: overflowed a thread's wait (OverflowError: a traceback, or a slot thread gone)
-#: or the database's integers and timestamps (a lease, a worker row): a worker that
-#: retried the failing statement for ever.
-MAX_MS = 2**31 - 1
-#: Largest --concurrency (threads of one process), --processes and --prefetch (jobs
-#: one claim takes beyond its free slots; docs/prefetch.md).
-MAX_CONCURRENCY = 10_000
+#: Largest value of a millisecond flag: 2**31 - 1 ms, 24.8 days, as for the
+#: settings' ms keys. Larger ones overflowed a thread's wait (OverflowError: a
+#: traceback, or a slot thread gone) or the database's integers and timestamps (a
+#: lease, a worker row): a worker that retried the failing statement for ever.
+MAX_MS = MAX_INT
+#: Largest --processes and --prefetch (jobs one claim takes beyond its free slots;
+#: docs/prefetch.md); --concurrency stops at the setting's MAX_CONCURRENCY.
 MAX_PROCESSES = 1_000
 MAX_PREFETCH = 10_000
 
