@@ -25,7 +25,7 @@ from ..core.conf import get_config
 from ..core.durations import parse_duration, to_ms
 from ..core.exceptions import ImproperlyConfiguredJobQueue, InvalidOption, UnknownJobType
 from ..core.limitspec import Limit, parse_limit
-from ..core.validation import QUEUE_NAME_RULE, queue_name_problem
+from ..core.validation import MAX_INT, QUEUE_NAME_RULE, queue_name_problem
 
 __all__ = [
     "UNSET",
@@ -126,7 +126,8 @@ def validate(desc: JobDescription) -> JobDescription:
     ------
     ImproperlyConfiguredJobQueue
         If the name is not 1 to 200 characters, the handler is not callable, an
-        integer option is below its minimum, the queue name breaks
+        integer option is outside its range (at most 2**31 - 1, a 32-bit column's
+        largest; ``timeout`` too, in ms: 24.8 days), the queue name breaks
         :data:`~django_jobqueue.core.validation.QUEUE_NAME_RULE`, or a plan option has
         the wrong type.
     """
@@ -140,11 +141,19 @@ def validate(desc: JobDescription) -> JobDescription:
     for option, minimum in (("max_retry", 0), ("concurrent", 1), ("priority", 1)):
         value = getattr(desc, option)
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INT
         ):
             raise ImproperlyConfiguredJobQueue(
-                f"Job type {name!r}: {option} must be an integer >= {minimum}: got {value!r}."
+                f"Job type {name!r}: {option} must be an integer from {minimum} to "
+                f"{MAX_INT:,}: got {value!r}."
             )
+    if desc.timeout_ms is not None and desc.timeout_ms > MAX_INT:
+        # The job row's timeout_ms column is a signed 32-bit integer: past it, every
+        # enqueue of this type failed in the database (integer out of range).
+        raise ImproperlyConfiguredJobQueue(
+            f"Job type {name!r}: timeout must be at most {MAX_INT:,} ms (24.8 days): "
+            f"got {desc.timeout_ms:,} ms."
+        )
     if desc.queue is not None and (problem := queue_name_problem(desc.queue)) is not None:
         raise ImproperlyConfiguredJobQueue(
             f"Job type {name!r}: the queue name {desc.queue!r} {problem}: {QUEUE_NAME_RULE}."
