@@ -36,7 +36,7 @@ from ..store.wakeups import notify_on_commit
 from .completer import Completer
 from .context import JobContext
 from .governor import Governor
-from .options import MAX_EXTRA_PER_SLOT, SHORT_TYPE_MS, _Running
+from .options import MAX_EXTRA_PER_SLOT, MIN_EXTRA_CAP, SHORT_TYPE_MS, _Running
 
 __all__ = ["ForemanClaims"]
 
@@ -153,7 +153,9 @@ class ForemanClaims:
     def _prefetch_now(self) -> int:
         """Jobs the next claim may take beyond the free slots: none until a short job
         type is known; else :attr:`prefetch` when set, or as many as the recent jobs
-        fit in ``prefetch_ms`` across the slots, bounded."""
+        fit in ``prefetch_ms`` across the slots, bounded by the take rate and by
+        :data:`~.options.MAX_EXTRA_PER_SLOT` per slot or
+        :data:`~.options.MIN_EXTRA_CAP` in all, whichever is more."""
         known = list(self.type_run_ms.values())  # one C-level copy: runners add types
         if not any(run_ms <= SHORT_TYPE_MS for run_ms in known):
             return 0
@@ -165,7 +167,7 @@ class ForemanClaims:
             # at its recent pace: a held job then starts well within the hold time,
             # not handed back (a write, and a claim again) after it.
             fits = min(fits, self.take_rate * self.hold_ms / 2)
-        return min(MAX_EXTRA_PER_SLOT * self.concurrency, int(fits))
+        return min(max(MAX_EXTRA_PER_SLOT * self.concurrency, MIN_EXTRA_CAP), int(fits))
 
     def _take_held(self) -> _Running | None:
         while True:

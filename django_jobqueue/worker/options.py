@@ -12,6 +12,7 @@ __all__ = [
     "HOLD_FACTOR",
     "HOLD_MS",
     "MAX_EXTRA_PER_SLOT",
+    "MIN_EXTRA_CAP",
     "MIN_HOLD_MS",
     "SHORT_JOB_MS",
     "SHORT_TYPE_MS",
@@ -21,12 +22,18 @@ __all__ = [
 #: Default of ``JOBQUEUE["PREFETCH_MS"]`` (README "Prefetch", docs/prefetch.md): how
 #: long (ms) a job held in memory may wait for a slot, on average. A claim takes that
 #: many more jobs than the free slots as the foreman's recent jobs fit in this time
-#: across its slots, at most :data:`MAX_EXTRA_PER_SLOT` per slot, and keeps only
-#: those of short job types (:data:`SHORT_TYPE_MS`). No-op jobs (0.2 ms) then fill a
-#: claim round trip (12 more at concurrency 4); 10 ms jobs at concurrency 4 take none.
+#: across its slots, at most :data:`MAX_EXTRA_PER_SLOT` per slot or
+#: :data:`MIN_EXTRA_CAP` in all, whichever is more, and keeps only those of short job
+#: types (:data:`SHORT_TYPE_MS`). No-op jobs then fill a claim round trip (up to 64
+#: more at concurrency 4); 10 ms jobs at concurrency 4 take none.
 HOLD_MS = 2
-#: Most extra jobs per worker slot a prefetching claim takes.
+#: Most extra jobs per worker slot a prefetching claim takes ...
 MAX_EXTRA_PER_SLOT = 3
+#: ... unless the slots are few: a claim may always take this many extra. A claim's
+#: round trip (about 2 ms on PostgreSQL) is worth this many no-op jobs; with 3 per
+#: slot, a foreman of 1 to 4 slots spent most of a no-op drain waiting for claims of
+#: 4 to 16 jobs. The budget's fit and the take rate still bound it (the hold time).
+MIN_EXTRA_CAP = 64
 #: Assumed run time (ms) of a foreman's jobs before it has run any (the claim's
 #: fit only; no job type counts as short before one of its jobs ran here).
 SHORT_JOB_MS = 5

@@ -166,14 +166,14 @@ def test_foreman__default_prefetch__grows_with_short_jobs_only() -> None:
     # (as many as fit in HOLD_MS across the slots), and none once they are long: a
     # held job would then wait a whole job's time. The short jobs do nothing, so
     # they stay short on a loaded machine (a job that writes a row did not always).
-    from django_jobqueue.worker.options import HOLD_MS, MAX_EXTRA_PER_SLOT
+    from django_jobqueue.worker.options import HOLD_MS, MIN_EXTRA_CAP
 
-    for i in range(60):
+    for i in range(120):
         enqueue_job(None, "maint.noop", {"label": str(i)})
     short = foreman(concurrency=2)
-    assert short.run(install_signals=False) == {"done": 60}
-    assert 2 + 1 < short.largest_claim <= 2 + 1 + MAX_EXTRA_PER_SLOT * 2
-    assert Job.objects.filter(job_type="maint.noop", status=JobStatus.DONE).count() == 60
+    assert short.run(install_signals=False) == {"done": 120}
+    assert 2 + 1 < short.largest_claim <= 2 + 1 + MIN_EXTRA_CAP  # 2 slots: 3 each is less
+    assert Job.objects.filter(job_type="maint.noop", status=JobStatus.DONE).count() == 120
 
     for _ in range(12):
         enqueue_job(None, "worker.sleep", {"s": (HOLD_MS * 2 * 3) / 1000})
@@ -181,6 +181,29 @@ def test_foreman__default_prefetch__grows_with_short_jobs_only() -> None:
     assert slow.run(install_signals=False) == {"done": 12}
     assert slow.largest_claim <= 2 + 1
     assert slow.recent_run_ms > HOLD_MS * 2  # longer than the hold across the 2 slots
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "cap"),
+    [(1, 64), (4, 64), (21, 64), (22, 66), (24, 72)],  # 3 per slot, or 64 in all if more
+)
+def test_foreman__default_prefetch__at_most_3_per_slot_or_64_in_all(
+    concurrency: int, cap: int
+) -> None:
+    """The default prefetch's cap, with the budget's fit far above it (no-op jobs)
+    and no take rate known yet; the take rate then lowers it (half the hold time's
+    worth of the foreman's recent pace)."""
+    from django_jobqueue.worker.options import MAX_EXTRA_PER_SLOT, MIN_EXTRA_CAP
+
+    assert (MAX_EXTRA_PER_SLOT, MIN_EXTRA_CAP) == (3, 64)
+    run = foreman(concurrency=concurrency)
+    assert run._prefetch_now() == 0  # no short job type known yet: no prefetch
+    run.type_run_ms["maint.noop"] = 0.01
+    run.recent_run_ms = 0.01  # fits 2 ms x slots / 0.01 ms: 200 per slot
+    assert run._prefetch_now() == cap
+    run.take_rate = 2.0  # jobs per ms: 2 x hold time 10 ms / 2 = 10
+    assert run.hold_ms == 10
+    assert run._prefetch_now() == 10
 
 
 def test_foreman__a_failed_claim__early_or_not__loses_no_held_job(monkeypatch: Any) -> None:
