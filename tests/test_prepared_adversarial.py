@@ -166,6 +166,7 @@ def test_other_protocol_violations__are_not_taken_for_a_pooler() -> None:
     from psycopg import errors
 
     assert not prepared.statement_lost(errors.ProtocolViolation("invalid message format"))
+    assert not prepared.statement_lost(errors.FeatureNotSupported("some other feature"))
     assert prepared.statement_lost(
         errors.ProtocolViolation(
             'bind message supplies 12 parameters, but prepared statement "_pg3_0" requires 23'

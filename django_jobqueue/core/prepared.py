@@ -89,7 +89,7 @@ if _ServerCursor is not None:
                 if isinstance(exc, _pg_errors.ProtocolViolation) and not _other_statement(exc):
                     raise
                 if isinstance(exc, _pg_errors.FeatureNotSupported):
-                    if RESULT_TYPE_CHANGED not in str(exc):
+                    if not plan_changed(exc):
                         raise
                     # A migration on another session changed a returned column's
                     # type: forget every statement, and they prepare anew.
@@ -113,7 +113,8 @@ if _ServerCursor is not None:
                 return super().execute(query, params, prepare=retry_prepared, **kw)
 
 
-#: PostgreSQL's message when a prepared statement's row type changed under it.
+#: PostgreSQL's message when a prepared statement's row type changed under it (in
+#: English; :func:`plan_changed` also knows it in the server's other languages).
 RESULT_TYPE_CHANGED = "cached plan must not change result type"
 
 #: The start of PostgreSQL's 08P01 message when a statement is bound with another
@@ -122,12 +123,32 @@ RESULT_TYPE_CHANGED = "cached plan must not change result type"
 #: 23``. Behind a transaction pooler it means the name is another client's.
 OTHER_STATEMENT = "bind message supplies"
 
+#: The server functions that raise those two errors (``diag.source_function``):
+#: unlike the message, the same whatever the server's ``lc_messages``.
+_PLAN_CHANGED_SOURCE = "RevalidateCachedQuery"
+_BIND_SOURCE = "exec_bind_message"
+
+
+def _source_function(exc: BaseException) -> str | None:
+    diag = getattr(exc, "diag", None)
+    return getattr(diag, "source_function", None) if diag is not None else None
+
 
 def _other_statement(exc: BaseException) -> bool:
     """Whether ``exc`` (a psycopg ``ProtocolViolation``) is PostgreSQL's refusal to
     bind a prepared statement whose name, on this server session, is another
-    statement's (:data:`OTHER_STATEMENT`)."""
-    return str(exc).startswith(OTHER_STATEMENT)
+    statement's (:data:`OTHER_STATEMENT`), in any language of the server's messages:
+    an 08P01 raised while binding (``exec_bind_message``)."""
+    return str(exc).startswith(OTHER_STATEMENT) or _source_function(exc) == _BIND_SOURCE
+
+
+def plan_changed(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (a psycopg error) is PostgreSQL's refusal to run a prepared
+    statement whose returned columns changed type (:data:`RESULT_TYPE_CHANGED`), in
+    any language of the server's messages."""
+    if _ServerCursor is None or not isinstance(exc, _pg_errors.FeatureNotSupported):
+        return False
+    return RESULT_TYPE_CHANGED in str(exc) or _source_function(exc) == _PLAN_CHANGED_SOURCE
 
 
 def forget_if_plan_changed(conn: Any, exc: BaseException) -> bool:
@@ -141,7 +162,7 @@ def forget_if_plan_changed(conn: Any, exc: BaseException) -> bool:
     cannot repeat the statement itself. Returns False, forgetting nothing, for any
     other error or while ``conn`` is inside a transaction or closed.
     """
-    if RESULT_TYPE_CHANGED not in str(exc):
+    if not any(plan_changed(error) for error in (exc, exc.__cause__)):
         return False
     raw = conn.connection
     if raw is None or raw.closed or raw.info.transaction_status != _TxStatus.IDLE:
@@ -183,7 +204,7 @@ def statement_lost(exc: BaseException) -> bool:
             return True
         if isinstance(error, _pg_errors.ProtocolViolation) and _other_statement(error):
             return True
-        if isinstance(error, _pg_errors.FeatureNotSupported) and RESULT_TYPE_CHANGED in str(error):
+        if plan_changed(error):
             return True
     return False
 

@@ -1,0 +1,84 @@
+"""A prepared statement lost or changed under a session whose server speaks German.
+
+Run as a subprocess by tests/faults/test_server_language.py, with ``DATABASE_URL`` on a
+fault server's database and ``PGOPTIONS=-c lc_messages=de_DE.UTF-8``:
+``python -m tests.faults.prepared_lost`` prints one JSON object:
+
+- ``language``: the server's message for a division by zero (German proves the
+  session's messages are);
+- ``name_taken``: after a claim and an enqueue prepared their statements, each name is
+  given to another statement of one parameter behind psycopg's back (what a
+  transaction pooler does): the payloads the next claim got (``[2]`` expected), and
+  whether the alias still prepares (``false`` expected: taken for a pooler's);
+- ``plan_changed``: on a new session, a claim prepared, a returned column's type
+  changed on another session (a deploy's migration): the payloads the next claim got.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def main() -> int:
+    import django
+
+    django.setup()
+    import psycopg
+    from django.db import connection
+
+    from django_jobqueue import enqueue_job, storage
+    from django_jobqueue.core import prepared
+    from django_jobqueue.models import Job
+
+    report: dict[str, Any] = {}
+    with connection.cursor() as cursor:
+        try:
+            cursor.execute("SELECT 1 / 0")
+        except Exception as exc:  # noqa: BLE001 (its message is the report)
+            report["language"] = str(exc).strip()
+
+    def claim_payloads() -> list[Any]:
+        return [job.payload["label"] for job in storage.claim("default", owner="w", limit=5)]
+
+    # A name taken by another statement (08P01 at the bind).
+    enqueue_job("lang", "worker.record", {"label": 1})
+    claim_payloads()
+    raw = connection.connection.pgconn
+    names = raw.exec_(b"SELECT name FROM pg_prepared_statements")
+    for row in range(names.ntuples):
+        name = names.get_value(row, 0).decode()
+        raw.exec_(f'DEALLOCATE "{name}"'.encode())
+        raw.exec_(f'PREPARE "{name}" (int) AS SELECT $1'.encode())
+    report["statements_swapped"] = names.ntuples
+    enqueue_job("lang", "worker.record", {"label": 2})
+    report["name_taken"] = {
+        "claimed": claim_payloads(),
+        "still_prepares": prepared.prepares(connection),
+    }
+
+    # A returned column's type changed by another session (0A000 at the execute).
+    prepared._pooled.clear()
+    connection.close()
+    enqueue_job("lang", "worker.record", {"label": 3})
+    claim_payloads()
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"], user=settings["USER"],
+        dbname=settings["NAME"], autocommit=True,
+    ) as other:  # fmt: skip
+        other.execute(
+            f'ALTER TABLE "{Job._meta.db_table}" ALTER COLUMN lease_owner TYPE varchar(300)'
+        )
+    enqueue_job("lang", "worker.record", {"label": 4})
+    report["plan_changed"] = {
+        "claimed": claim_payloads(),
+        "still_prepares": prepared.prepares(connection),
+    }
+    print(json.dumps(report))  # noqa: T201 (read by the test)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
