@@ -10,8 +10,13 @@ fault server's database and ``PGOPTIONS=-c lc_messages=de_DE.UTF-8``:
   given to another statement of one parameter behind psycopg's back (what a
   transaction pooler does): the payloads the next claim got (``[2]`` expected), and
   whether the alias still prepares (``false`` expected: taken for a pooler's);
+- ``bulk_name_taken``: the same on a new session for a streamed ``enqueue_many`` of
+  600 jobs, sent in a pipeline: the statements swapped, and the jobs in its queue
+  after the second batch (1,200 expected);
 - ``plan_changed``: on a new session, a claim prepared, a returned column's type
-  changed on another session (a deploy's migration): the payloads the next claim got.
+  changed on another session (a deploy's migration): the payloads the next claim got,
+  whether the alias still prepares (``true``), and the statements the refusal made it
+  forget (the enqueue's, not empty).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ def main() -> int:
     import psycopg
     from django.db import connection
 
-    from django_jobqueue import enqueue_job, storage
+    from django_jobqueue import enqueue_job, enqueue_many, storage
     from django_jobqueue.core import prepared
     from django_jobqueue.models import Job
 
@@ -40,22 +45,45 @@ def main() -> int:
             report["language"] = str(exc).strip()
 
     def claim_payloads() -> list[Any]:
-        return [job.payload["label"] for job in storage.claim("default", owner="w", limit=5)]
+        claimed = storage.claim("default", owner="w", queues=["lang"], limit=5)
+        return [job.payload["label"] for job in claimed]
+
+    def prepared_names() -> list[str]:
+        names = connection.connection.pgconn.exec_(b"SELECT name FROM pg_prepared_statements")
+        return [names.get_value(row, 0).decode() for row in range(names.ntuples)]
 
     # A name taken by another statement (08P01 at the bind).
     enqueue_job("lang", "worker.record", {"label": 1})
     claim_payloads()
     raw = connection.connection.pgconn
-    names = raw.exec_(b"SELECT name FROM pg_prepared_statements")
-    for row in range(names.ntuples):
-        name = names.get_value(row, 0).decode()
+    swapped = prepared_names()
+    for name in swapped:
         raw.exec_(f'DEALLOCATE "{name}"'.encode())
         raw.exec_(f'PREPARE "{name}" (int) AS SELECT $1'.encode())
-    report["statements_swapped"] = names.ntuples
+    report["statements_swapped"] = len(swapped)
     enqueue_job("lang", "worker.record", {"label": 2})
     report["name_taken"] = {
         "claimed": claim_payloads(),
         "still_prepares": prepared.prepares(connection),
+    }
+
+    # The same in a streamed bulk insert, sent in a pipeline (where the cursor cannot
+    # repeat the statement itself): the batch runs again, a statement at a time.
+    prepared._pooled.clear()
+    connection.close()
+    rows = [
+        {"queue": "bulk", "job_type": "worker.record", "payload": {"label": i}} for i in range(600)
+    ]
+    enqueue_many(rows)
+    swapped = prepared_names()
+    for name in swapped:
+        raw = connection.connection.pgconn
+        raw.exec_(f'DEALLOCATE "{name}"'.encode())
+        raw.exec_(f'PREPARE "{name}" (int) AS SELECT $1'.encode())
+    enqueue_many(rows)
+    report["bulk_name_taken"] = {
+        "swapped": len(swapped),
+        "jobs": Job.objects.filter(queue="bulk").count(),
     }
 
     # A returned column's type changed by another session (0A000 at the execute).
@@ -72,9 +100,14 @@ def main() -> int:
             f'ALTER TABLE "{Job._meta.db_table}" ALTER COLUMN lease_owner TYPE varchar(300)'
         )
     enqueue_job("lang", "worker.record", {"label": 4})
+    before = prepared_names()
+    claimed = claim_payloads()
     report["plan_changed"] = {
-        "claimed": claim_payloads(),
+        "claimed": claimed,
         "still_prepares": prepared.prepares(connection),
+        # The refusal forgot every statement (DEALLOCATE ALL) and prepared the claim
+        # anew: the enqueue's statement is gone.
+        "forgotten": sorted(set(before) - set(prepared_names())),
     }
     print(json.dumps(report))  # noqa: T201 (read by the test)
     return 0
