@@ -52,15 +52,20 @@ def main() -> int:
         names = connection.connection.pgconn.exec_(b"SELECT name FROM pg_prepared_statements")
         return [names.get_value(row, 0).decode() for row in range(names.ntuples)]
 
+    def swap_statements() -> int:
+        """Behind psycopg's back, give each name it prepared on the session to another
+        statement of one parameter (a transaction pooler's doing); return how many."""
+        raw = connection.connection.pgconn
+        names = prepared_names()
+        for name in names:
+            raw.exec_(f'DEALLOCATE "{name}"'.encode())
+            raw.exec_(f'PREPARE "{name}" (int) AS SELECT $1'.encode())
+        return len(names)
+
     # A name taken by another statement (08P01 at the bind).
     enqueue_job("lang", "worker.record", {"label": 1})
     claim_payloads()
-    raw = connection.connection.pgconn
-    swapped = prepared_names()
-    for name in swapped:
-        raw.exec_(f'DEALLOCATE "{name}"'.encode())
-        raw.exec_(f'PREPARE "{name}" (int) AS SELECT $1'.encode())
-    report["statements_swapped"] = len(swapped)
+    report["statements_swapped"] = swap_statements()
     enqueue_job("lang", "worker.record", {"label": 2})
     report["name_taken"] = {
         "claimed": claim_payloads(),
@@ -75,14 +80,10 @@ def main() -> int:
         {"queue": "bulk", "job_type": "worker.record", "payload": {"label": i}} for i in range(600)
     ]
     enqueue_many(rows)
-    swapped = prepared_names()
-    for name in swapped:
-        raw = connection.connection.pgconn
-        raw.exec_(f'DEALLOCATE "{name}"'.encode())
-        raw.exec_(f'PREPARE "{name}" (int) AS SELECT $1'.encode())
+    swapped = swap_statements()
     enqueue_many(rows)
     report["bulk_name_taken"] = {
-        "swapped": len(swapped),
+        "swapped": swapped,
         "jobs": Job.objects.filter(queue="bulk").count(),
     }
 
