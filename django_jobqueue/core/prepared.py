@@ -134,11 +134,13 @@ def _source_function(exc: BaseException) -> str | None:
     return getattr(diag, "source_function", None) if diag is not None else None
 
 
-def _other_statement(exc: BaseException) -> bool:
-    """Whether ``exc`` (a psycopg ``ProtocolViolation``) is PostgreSQL's refusal to
-    bind a prepared statement whose name, on this server session, is another
-    statement's (:data:`OTHER_STATEMENT`), in any language of the server's messages:
-    an 08P01 raised while binding (``exec_bind_message``)."""
+def _other_statement(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (a psycopg error) is PostgreSQL's refusal to bind a prepared
+    statement whose name, on this server session, is another statement's
+    (:data:`OTHER_STATEMENT`), in any language of the server's messages: an 08P01
+    raised while binding (``exec_bind_message``)."""
+    if _ServerCursor is None or not isinstance(exc, _pg_errors.ProtocolViolation):
+        return False
     return str(exc).startswith(OTHER_STATEMENT) or _source_function(exc) == _BIND_SOURCE
 
 
@@ -202,9 +204,7 @@ def statement_lost(exc: BaseException) -> bool:
             error, _pg_errors.InvalidSqlStatementName | _pg_errors.DuplicatePreparedStatement
         ):
             return True
-        if isinstance(error, _pg_errors.ProtocolViolation) and _other_statement(error):
-            return True
-        if plan_changed(error):
+        if _other_statement(error) or plan_changed(error):
             return True
     return False
 
