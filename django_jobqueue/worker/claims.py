@@ -42,6 +42,9 @@ __all__ = ["ForemanClaims"]
 
 #: How many of a job type's last run times its median is taken over.
 _TYPE_RUNS = 5
+#: The fewest jobs the take rate lets a prefetching claim hold: enough to measure
+#: the pace (:meth:`ForemanClaims._note_take_rate`) when it is slow.
+_PROBE = 2
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,7 @@ class ForemanClaims:
     largest_claim: int
     take_rate: float
     _take_mark: tuple[float, int] | None
+    _prefetched_taken: int
     _adaptive_prefetch: bool
     _busy: int
     _inbox: collections.deque[_Running]
@@ -153,21 +157,30 @@ class ForemanClaims:
     def _prefetch_now(self) -> int:
         """Jobs the next claim may take beyond the free slots: none until a short job
         type is known; else :attr:`prefetch` when set, or as many as the recent jobs
-        fit in ``prefetch_ms`` across the slots, bounded by the take rate and by
+        fit in ``prefetch_ms`` across the slots, at most
         :data:`~.options.MAX_EXTRA_PER_SLOT` per slot or
-        :data:`~.options.MIN_EXTRA_CAP` in all, whichever is more."""
+        :data:`~.options.MIN_EXTRA_CAP` in all, whichever is more; either at most
+        what the slots start in half the hold time (:meth:`_starts_within_hold`)."""
         known = list(self.type_run_ms.values())  # one C-level copy: runners add types
         if not any(run_ms <= SHORT_TYPE_MS for run_ms in known):
             return 0
         if not self._adaptive_prefetch:
-            return self.prefetch
+            # A set prefetch is a most: held beyond what the slots take in half the
+            # hold time, jobs would go back and be claimed again, each a write,
+            # claim after claim (jobs of 20 ms at 24 slots drained at half the rate).
+            return min(self.prefetch, self._starts_within_hold())
         fits = self.prefetch_ms * self.concurrency / max(self.recent_run_ms, 0.01)
-        if self.take_rate > 0:
-            # No more than this foreman took from its inbox in half the hold time,
-            # at its recent pace: a held job then starts well within the hold time,
-            # not handed back (a write, and a claim again) after it.
-            fits = min(fits, self.take_rate * self.hold_ms / 2)
+        fits = min(fits, self._starts_within_hold())
         return min(max(MAX_EXTRA_PER_SLOT * self.concurrency, MIN_EXTRA_CAP), int(fits))
+
+    def _starts_within_hold(self) -> int:
+        """How many held jobs this foreman starts in half the hold time at its recent
+        pace (:attr:`take_rate`): a held job then starts well within the hold time,
+        not handed back after it. At least :data:`_PROBE` (a claim that holds none
+        would never measure the pace again); no bound while the pace is unknown."""
+        if self.take_rate <= 0:
+            return 1 << 30
+        return max(_PROBE, int(self.take_rate * self.hold_ms / 2))
 
     def _take_held(self) -> _Running | None:
         while True:
@@ -175,24 +188,36 @@ class ForemanClaims:
                 running = self._inbox.popleft()  # atomic: no lock needed
             except IndexError:
                 return None
+            with self._held_lock:  # the hold loop may be withdrawing it
+                taken = not running.withdrawn
+                running.taken = running.taken or taken
+            if taken and running.hold_until:
+                self._prefetched_taken += 1  # a lost update between runners only steers
             if not self._inbox:
                 self._note_take_rate()
-            with self._held_lock:  # the hold loop may be withdrawing it
-                if running.withdrawn:
-                    continue
-                running.taken = True
-            return running
+            if taken:
+                return running
 
-    def _note_take_rate(self) -> None:
-        """The inbox ran empty: note how fast the last claim's jobs were taken from it
-        (:attr:`take_rate`, a moving average in jobs per ms), from its landing to now."""
-        mark, self._take_mark = self._take_mark, None
+    def _note_take_rate(self, *, went_back: bool = False) -> None:
+        """Note how fast this foreman's slots took prefetched jobs from its inbox since
+        the last claim landed (:attr:`take_rate`, a moving average in jobs per ms):
+        when the inbox runs empty, and when held jobs went back unstarted
+        (``went_back``: the pace was slower than the prefetch assumed; fewer than 2
+        taken count as 2, an upper bound). The jobs a claim took for free slots are
+        left out: they are taken at once, whatever the pace."""
+        mark = self._take_mark
         if mark is None:
             return
-        landed, count = mark
+        landed, taken_before = mark
+        taken = self._prefetched_taken - taken_before
+        if went_back:
+            taken = max(taken, 2)
+        elif taken < 2:
+            return  # too few to tell; the mark stays for the hold loop's look
+        self._take_mark = None
         elapsed_ms = (time.monotonic() - landed) * 1000
-        if count >= 2 and elapsed_ms > 0:
-            rate = count / elapsed_ms
+        if elapsed_ms > 0:
+            rate = taken / elapsed_ms
             self.take_rate = rate if not self.take_rate else self.take_rate * 0.8 + rate * 0.2
 
     def _start(self, running: _Running) -> bool:
@@ -307,6 +332,7 @@ class ForemanClaims:
                     late = self._withdraw(batch)
                     given = self._give_back(late, None) if late else 0
                 if late:
+                    self._note_take_rate(went_back=True)
                     logger.info(
                         "prefetched jobs not started within hold_ms=%d went back jobs=%d",
                         self.hold_ms,
@@ -394,7 +420,7 @@ class ForemanClaims:
         first = claimed.pop(0) if keep_first else None
         if first is not None:
             first.taken = True
-        self._take_mark = (time.monotonic(), len(claimed) + len(self._inbox))
+        self._take_mark = (time.monotonic(), self._prefetched_taken)
         self._inbox.extend(claimed)
         late = [running for running in claimed if running.hold_until]
         if late:

@@ -155,11 +155,15 @@ class Foreman(ForemanSlots, ForemanClaims, ForemanThreads, ForemanAsync):
         #: types are short (:meth:`is_short`).
         self.type_run_ms: dict[str, float] = {}
         self._type_runs: dict[str, tuple[float, ...]] = {}
-        #: How fast (jobs per ms, a moving average) runners and the loop took held
-        #: jobs from the inbox while it had some: bounds the prefetch by the hold time.
+        #: How fast (jobs per ms, a moving average) runners and the loop took
+        #: prefetched jobs from the inbox: bounds either prefetch by the hold time
+        #: (:meth:`~.claims.ForemanClaims._starts_within_hold`); 0.0: not known yet.
         self.take_rate = 0.0
-        #: (when, how many) the last claim left in the inbox, for :attr:`take_rate`.
+        #: (when the last claim landed, :attr:`_prefetched_taken` then), for
+        #: :attr:`take_rate`.
         self._take_mark: tuple[float, int] | None = None
+        #: Prefetched jobs taken from the inbox so far.
+        self._prefetched_taken = 0
         #: Gateway job types (``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``): they have no
         #: Python handler, so this foreman never claims them; gateway workers do.
         self.external_types = frozenset(get_config().GATEWAY.JOB_TYPES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -204,6 +205,32 @@ def test_foreman__default_prefetch__at_most_3_per_slot_or_64_in_all(
     run.take_rate = 2.0  # jobs per ms: 2 x hold time 10 ms / 2 = 10
     assert run.hold_ms == 10
     assert run._prefetch_now() == 10
+
+
+def test_foreman__a_set_prefetch_holds_no_more_than_the_slots_start_in_the_hold(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``--prefetch N`` is a most (README "Prefetch"): jobs of 20 ms at 2 slots start
+    about 0.1 a ms, so of 200 held for the hold time (10 ms) nearly all would go back
+    unstarted, claim after claim (about 900 hand-backs for these 60 jobs). Once held
+    jobs went back, the foreman holds what it starts in half the hold time."""
+    for _ in range(60):
+        enqueue_job(None, "starts.nap", {"s": 0.02})
+    run = foreman(concurrency=2, prefetch=200)
+    assert run.hold_ms == 10
+    run.type_run_ms["starts.nap"] = 20.0  # known short: the first claim holds 58
+    with caplog.at_level(logging.INFO, logger="django_jobqueue.worker.claims"):
+        assert run.run(install_signals=False) == {"done": 60}
+    went_back = [
+        int(record.getMessage().rsplit("=", 1)[1])
+        for record in caplog.records
+        if "went back" in record.getMessage()
+    ]
+    assert went_back and went_back[0] >= 50  # the first claim's, before the pace was known
+    assert sum(went_back) < 200
+    assert 0 < run.take_rate < 0.5  # jobs per ms
+    assert run._prefetch_now() == 2  # the least that still measures the pace
+    assert Job.objects.filter(status=JobStatus.DONE, attempt=1).count() == 60
 
 
 def test_foreman__a_failed_claim__early_or_not__loses_no_held_job(monkeypatch: Any) -> None:
