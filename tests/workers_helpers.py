@@ -27,7 +27,7 @@ __all__ = ["HIGH_THROUGHPUT_ARGS", "HIGH_THROUGHPUT_JOBQUEUE", "drain", "run_wor
 ROOT = Path(__file__).resolve().parent.parent
 
 #: runworkers' options of the high-throughput layout: 2 processes x 12 threads, no
-#: line per success, a fixed prefetch of 500 jobs beyond the free slots per claim,
+#: line per success, a prefetch of up to 500 jobs beyond the free slots per claim,
 #: held at most 5 x 20 = 100 ms before they go back unspent (docs/prefetch.md).
 #: Its workers run with :data:`HIGH_THROUGHPUT_JOBQUEUE`; the reliability tests run at it too
 #: (tests/faults, tests/worker/test_runworkers.py).

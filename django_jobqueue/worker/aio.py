@@ -128,6 +128,8 @@ class ForemanAsync:
     name: str
     _inbox: collections.deque[_Running]
     _held_lock: threading.Lock
+    _taken_count: int
+    _prefetched_taken: int
     _claim_lock: threading.Lock
     _last_claim_short: bool
 
@@ -522,9 +524,13 @@ class ForemanAsync:
         return not (job_started.receivers and job_started.has_listeners(job.job_type))
 
     def _put_back(self, running: _Running) -> None:
-        """Return a held job the loop took to the head of the inbox, for a runner."""
+        """Return a held job the loop took to the head of the inbox, for a runner (not
+        counted as taken: the runner's take counts it)."""
         with self._held_lock:
             running.taken = False
+            self._taken_count -= 1
+            if running.hold_until:
+                self._prefetched_taken -= 1
         self._inbox.appendleft(running)
         self._wake_runners(1)
 

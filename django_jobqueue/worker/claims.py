@@ -42,9 +42,9 @@ __all__ = ["ForemanClaims"]
 
 #: How many of a job type's last run times its median is taken over.
 _TYPE_RUNS = 5
-#: The fewest jobs the take rate lets a prefetching claim hold: enough to measure
-#: the pace (:meth:`ForemanClaims._note_take_rate`) when it is slow.
-_PROBE = 2
+#: While the take rate says no held job would start within the hold time, one claim
+#: in this many still holds one: the pace is measured only from held jobs.
+_PROBE_EVERY = 8
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,8 @@ class ForemanClaims:
     claims: int
     largest_claim: int
     take_rate: float
-    _take_mark: tuple[float, int] | None
+    _take_mark: tuple[float, int, int] | None
+    _taken_count: int
     _prefetched_taken: int
     _adaptive_prefetch: bool
     _busy: int
@@ -176,11 +177,15 @@ class ForemanClaims:
     def _starts_within_hold(self) -> int:
         """How many held jobs this foreman starts in half the hold time at its recent
         pace (:attr:`take_rate`): a held job then starts well within the hold time,
-        not handed back after it. At least :data:`_PROBE` (a claim that holds none
-        would never measure the pace again); no bound while the pace is unknown."""
+        not handed back after it. No bound while the pace is unknown. When not even
+        one would start, none is held, but one on every :data:`_PROBE_EVERY`-th
+        claim, so that a faster pace is seen again."""
         if self.take_rate <= 0:
             return 1 << 30
-        return max(_PROBE, int(self.take_rate * self.hold_ms / 2))
+        fits = int(self.take_rate * self.hold_ms / 2)
+        if fits:
+            return fits
+        return 1 if self.claims % _PROBE_EVERY == 0 else 0
 
     def _take_held(self) -> _Running | None:
         while True:
@@ -190,35 +195,52 @@ class ForemanClaims:
                 return None
             with self._held_lock:  # the hold loop may be withdrawing it
                 taken = not running.withdrawn
-                running.taken = running.taken or taken
-            if taken and running.hold_until:
-                self._prefetched_taken += 1  # a lost update between runners only steers
+                if taken:
+                    running.taken = True
+                    self._taken_count += 1
+                    if running.hold_until:
+                        self._prefetched_taken += 1
             if not self._inbox:
                 self._note_take_rate()
             if taken:
                 return running
 
     def _note_take_rate(self, *, went_back: bool = False) -> None:
-        """Note how fast this foreman's slots took prefetched jobs from its inbox since
-        the last claim landed (:attr:`take_rate`, a moving average in jobs per ms):
-        when the inbox runs empty, and when held jobs went back unstarted
-        (``went_back``: the pace was slower than the prefetch assumed; fewer than 2
-        taken count as 2, an upper bound). The jobs a claim took for free slots are
-        left out: they are taken at once, whatever the pace."""
-        mark = self._take_mark
-        if mark is None:
-            return
-        landed, taken_before = mark
-        taken = self._prefetched_taken - taken_before
-        if went_back:
-            taken = max(taken, 2)
-        elif taken < 2:
-            return  # too few to tell; the mark stays for the hold loop's look
-        self._take_mark = None
+        """Note how fast this foreman's slots took jobs from its inbox since the last
+        claim landed (:attr:`take_rate`, a moving average in jobs per ms), when the
+        inbox runs empty, if a prefetched job was among them: a claim that held
+        none was taken at once, whatever the pace.
+
+        ``went_back``: held jobs went back unstarted, the pace slower than the
+        prefetch assumed. The sample is then the prefetched jobs taken (no fewer
+        than 1: an upper bound) over the time since the landing, and the rate
+        moves halfway to it, not a fifth of the way, so the next claims
+        hold about half as many too many at most; one late start (a pause of the
+        process) does not stop the prefetch.
+        """
+        with self._held_lock:  # the hold thread and a runner may both get here
+            mark = self._take_mark
+            if mark is None:
+                return
+            landed, taken_before, prefetched_before = mark
+            prefetched = self._prefetched_taken - prefetched_before
+            if went_back:
+                taken = max(prefetched, 1)  # of the held jobs, what the hold time saw
+            elif prefetched:
+                taken = self._taken_count - taken_before
+            else:
+                return  # none held was taken: nothing to tell; the mark stays
+            self._take_mark = None
         elapsed_ms = (time.monotonic() - landed) * 1000
-        if elapsed_ms > 0:
-            rate = taken / elapsed_ms
-            self.take_rate = rate if not self.take_rate else self.take_rate * 0.8 + rate * 0.2
+        if elapsed_ms <= 0:
+            return
+        rate = taken / elapsed_ms
+        if not self.take_rate:
+            self.take_rate = rate
+        elif went_back:
+            self.take_rate = (self.take_rate + rate) / 2
+        else:
+            self.take_rate = self.take_rate * 0.8 + rate * 0.2
 
     def _start(self, running: _Running) -> bool:
         """Record that ``running``'s job starts now; False: its lease was lost, not ours.
@@ -330,9 +352,10 @@ class ForemanClaims:
                 # leased, so the next claim takes them again first (claim order holds).
                 with self._claim_lock:
                     late = self._withdraw(batch)
+                    if late:  # before a claim under this lock sets a new mark
+                        self._note_take_rate(went_back=True)
                     given = self._give_back(late, None) if late else 0
                 if late:
-                    self._note_take_rate(went_back=True)
                     logger.info(
                         "prefetched jobs not started within hold_ms=%d went back jobs=%d",
                         self.hold_ms,
@@ -420,7 +443,7 @@ class ForemanClaims:
         first = claimed.pop(0) if keep_first else None
         if first is not None:
             first.taken = True
-        self._take_mark = (time.monotonic(), self._prefetched_taken)
+        self._take_mark = (time.monotonic(), self._taken_count, self._prefetched_taken)
         self._inbox.extend(claimed)
         late = [running for running in claimed if running.hold_until]
         if late:

@@ -143,7 +143,8 @@ class Foreman(ForemanSlots, ForemanClaims, ForemanThreads, ForemanAsync):
         #: With the default prefetch a claim may take more jobs while recent jobs
         #: were short (:data:`~.options.HOLD_MS`): they wait about a claim round
         #: trip in memory, and each claim feeds every slot for longer (a no-op drain
-        #: at 1 x 4 here: 2,100 -> 5,700 jobs/s steady). A set prefetch stays as set.
+        #: at 1 x 4 here: 2,100 -> 5,700 jobs/s steady). A set prefetch is a most;
+        #: both are bounded by the take rate (docs/prefetch.md, "The pace").
         self._adaptive_prefetch = options.prefetch is None
         if self._adaptive_prefetch and not self.prefetch_ms:
             self._adaptive_prefetch, self.prefetch = False, 0  # PREFETCH_MS 0: off
@@ -156,13 +157,14 @@ class Foreman(ForemanSlots, ForemanClaims, ForemanThreads, ForemanAsync):
         self.type_run_ms: dict[str, float] = {}
         self._type_runs: dict[str, tuple[float, ...]] = {}
         #: How fast (jobs per ms, a moving average) runners and the loop took
-        #: prefetched jobs from the inbox: bounds either prefetch by the hold time
+        #: jobs from the inbox: bounds either prefetch by the hold time
         #: (:meth:`~.claims.ForemanClaims._starts_within_hold`); 0.0: not known yet.
         self.take_rate = 0.0
-        #: (when the last claim landed, :attr:`_prefetched_taken` then), for
-        #: :attr:`take_rate`.
-        self._take_mark: tuple[float, int] | None = None
-        #: Prefetched jobs taken from the inbox so far.
+        #: (when the last claim landed, :attr:`_taken_count` and
+        #: :attr:`_prefetched_taken` then), for :attr:`take_rate`.
+        self._take_mark: tuple[float, int, int] | None = None
+        #: Jobs taken from the inbox so far, and how many of them were prefetched.
+        self._taken_count = 0
         self._prefetched_taken = 0
         #: Gateway job types (``JOBQUEUE["GATEWAY"]["JOB_TYPES"]``): they have no
         #: Python handler, so this foreman never claims them; gateway workers do.

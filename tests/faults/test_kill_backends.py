@@ -2,7 +2,7 @@
 
 ``worker.sleep`` jobs of 50 ms, drained by ``runworkers --burst`` with a lease of
 5 s: 200 jobs on one process of 4 threads, and 1,000 at the high-throughput layout
-(tests.workers_helpers.HIGH_THROUGHPUT_ARGS: 2 x 12 threads, a fixed prefetch of 500
+(tests.workers_helpers.HIGH_THROUGHPUT_ARGS: 2 x 12 threads, a prefetch of up to 500
 held at most 100 ms, a retention of zero, so the done jobs' rows are deleted:
 docs/design.md#retention). Every job runs, none is left waiting or ``processing``.
 """

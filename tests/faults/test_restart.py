@@ -20,7 +20,7 @@ again under its lease token (or reaped and run once), a prefetched job the resta
 caught is still unrun, and heartbeats resume before the 10 s lease runs out.
 
 At the high-throughput layout (tests.workers_helpers.HIGH_THROUGHPUT_ARGS: 2 x 12
-threads, a fixed prefetch of 500 held at most 100 ms, a retention of zero): 4,000
+threads, a prefetch of up to 500 held at most 100 ms, a retention of zero): 4,000
 jobs, the restart once 200 ran, so it meets claims holding prefetched jobs. Half the
 jobs are ``worker.sleep`` of 0 s, whose result is None: their rows are deleted at
 their end (docs/design.md#retention), so the test asserts that no job is left

@@ -188,9 +188,10 @@ class Command(BaseCommand):
             "--prefetch",
             type=_count,
             default=None,
-            help="A fixed number of jobs a claim may hold beyond its free slots, of short "
-            "job types only, instead of the number the --prefetch-ms budget fits (which "
-            "still sets the hold time, 5 x --prefetch-ms) (default: the budget's number).",
+            help="Most jobs a claim may hold beyond its free slots, of short job types "
+            "only, instead of the number the --prefetch-ms budget fits (which still sets "
+            "the hold time, 5 x --prefetch-ms); fewer while the slots' pace would not "
+            "start them within half the hold time (default: the budget's number).",
         )
         parser.add_argument(
             "--lease",
