@@ -207,14 +207,14 @@ class ForemanClaims:
 
     def _note_take_rate(self, *, went_back: bool = False) -> None:
         """Note how fast this foreman's slots took jobs from its inbox since the last
-        claim landed (:attr:`take_rate`, a moving average in jobs per ms), when the
-        inbox runs empty, if a prefetched job was among them: a claim that held
-        none was taken at once, whatever the pace.
+        claim landed (:attr:`take_rate`, a moving average in jobs per ms, at most
+        doubled by one sample), when the inbox runs empty, if a prefetched job was
+        among them: a claim that held none was taken at once, whatever the pace.
 
         ``went_back``: held jobs went back unstarted, the pace slower than the
         prefetch assumed. The sample is then the prefetched jobs taken (no fewer
         than 1: an upper bound) over the time since the landing, and the rate
-        moves halfway to it, not a fifth of the way, so the next claims
+        moves halfway down to it, not a fifth of the way, so the next claims
         hold about half as many too many at most; one late start (a pause of the
         process) does not stop the prefetch.
         """
@@ -226,7 +226,7 @@ class ForemanClaims:
             prefetched = self._prefetched_taken - prefetched_before
             if went_back:
                 taken = max(prefetched, 1)  # of the held jobs, what the hold time saw
-            elif prefetched:
+            elif prefetched > 0:
                 taken = self._taken_count - taken_before
             else:
                 return  # none held was taken: nothing to tell; the mark stays
@@ -238,9 +238,12 @@ class ForemanClaims:
         if not self.take_rate:
             self.take_rate = rate
         elif went_back:
-            self.take_rate = (self.take_rate + rate) / 2
+            self.take_rate = min(self.take_rate, (self.take_rate + rate) / 2)
         else:
-            self.take_rate = self.take_rate * 0.8 + rate * 0.2
+            # At most doubled by one claim: a held job a runner took the moment the
+            # claim landed (its slot freed during the round trip) says little of the
+            # pace, and would let the next claims hold far too many.
+            self.take_rate = min(self.take_rate * 0.8 + rate * 0.2, self.take_rate * 2)
 
     def _start(self, running: _Running) -> bool:
         """Record that ``running``'s job starts now; False: its lease was lost, not ours.
