@@ -168,7 +168,7 @@ class ForemanClaims:
         if not self._adaptive_prefetch:
             # A set prefetch is a most: held beyond what the slots take in half the
             # hold time, jobs would go back and be claimed again, each a write,
-            # claim after claim (jobs of 20 ms at 24 slots drained at half the rate).
+            # claim after claim (docs/prefetch.md, "The pace").
             return min(self.prefetch, self._starts_within_hold())
         fits = self.prefetch_ms * self.concurrency / max(self.recent_run_ms, 0.01)
         fits = min(fits, self._starts_within_hold())
