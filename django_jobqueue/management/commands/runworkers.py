@@ -31,7 +31,7 @@ from ...models import Job
 from ...store.pauses import paused_queues
 from ...worker.foreman import Foreman, ForemanOptions, exit_past_stuck_handlers
 from ...worker.logsetup import runworkers_logging
-from ...worker.supervisor import Supervisor
+from ...worker.supervisor import Supervisor, tune_collector
 
 #: Largest value of a millisecond flag: 2**31 - 1 ms, 24.8 days, as for the
 #: settings' ms keys. Larger ones overflowed a thread's wait (OverflowError: a
@@ -290,6 +290,7 @@ class Command(BaseCommand):
             try:
                 foreman = None
                 if processes == 1:
+                    tune_collector()
                     foreman = Foreman(ForemanOptions(**foreman_options))
                     stats = foreman.run()
                     code = 0

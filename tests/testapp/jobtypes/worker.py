@@ -131,3 +131,11 @@ def report_progress(payload: Any, ctx: Any) -> int:
             ctx.progress(step, steps, message=f"step {step}")
         time.sleep(float(payload["step_s"]))
     return steps
+
+
+@job("worker.gc_threshold")
+def gc_threshold(payload: Any, ctx: Any) -> int:
+    """Return the young-generation threshold of the collector in the worker's process."""
+    import gc
+
+    return gc.get_threshold()[0]
