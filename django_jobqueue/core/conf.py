@@ -60,8 +60,8 @@ DEFAULTS: dict[str, Any] = {
     # tenth of its rate (README "Speed"). Failures are always logged.
     "LOG_SUCCESS": True,
     # Young-generation threshold of Python's cyclic garbage collector in a worker
-    # process (container objects allocated between two collections); 0 leaves
-    # Python's own (2,000 in 3.13). README "Speed".
+    # process (container objects allocated, less those freed, between two
+    # collections); 0 leaves Python's own (700, 2,000 from 3.13). README "Speed".
     "WORKER_GC_THRESHOLD": 50_000,
     # Governor idle sleep bounds (ms): grows from MIN to MAX while no job is found.
     "MIN_SLEEP_MS": 50,

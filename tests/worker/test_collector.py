@@ -12,6 +12,7 @@ from django.test import override_settings
 
 from django_jobqueue import enqueue_job
 from django_jobqueue.core.conf import DEFAULTS, validate_settings
+from django_jobqueue.core.validation import MAX_INT
 from django_jobqueue.models import Job, JobStatus
 from tests.workers_helpers import run_workers
 
@@ -47,7 +48,7 @@ def test_zero_leaves_pythons_own_threshold():
         assert threshold_in_a_worker(1) == int(own.stdout)
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, "50000", True])
+@pytest.mark.parametrize("value", [-1, MAX_INT + 1, 1.5, "50000", True])
 def test_a_threshold_that_is_not_a_whole_number_from_0__is_a_settings_error(value):
     with override_settings(JOBQUEUE={"WORKER_GC_THRESHOLD": value}):
         (error,) = validate_settings()
