@@ -55,10 +55,10 @@ def tune_collector() -> None:
     Python's threshold (container objects allocated, less those freed: 2,000 from
     Python 3.13, 700 before) the collector ran every few dozen jobs and walked the
     claim's live jobs each time: about a tenth of a no-op drain's GIL-held time on
-    3.13 (README "Speed"). The older generations keep their
-    thresholds, so cycles are still freed, a few hundred claims later. Set in the
-    worker's process only (not in :meth:`Foreman.run`): a foreman run inside another
-    program leaves that program's collector alone.
+    3.13 (README "Speed"). The older generations keep their thresholds, so cycles
+    are still freed, a few hundred claims later. Set in the worker's process only
+    (not in :meth:`Foreman.run`): a foreman run inside another program leaves that
+    program's collector alone.
     """
     threshold = get_config().WORKER_GC_THRESHOLD
     if threshold:

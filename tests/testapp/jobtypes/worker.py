@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from typing import Any
@@ -136,6 +137,4 @@ def report_progress(payload: Any, ctx: Any) -> int:
 @job("worker.gc_threshold")
 def gc_threshold(payload: Any, ctx: Any) -> int:
     """Return the young-generation threshold of the collector in the worker's process."""
-    import gc
-
     return gc.get_threshold()[0]
