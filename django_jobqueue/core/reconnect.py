@@ -34,6 +34,7 @@ connection to lose.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -51,6 +52,7 @@ __all__ = [
     "mark_used",
     "retry_on_disconnect",
     "unreachable",
+    "warn_failed",
 ]
 
 logger = logging.getLogger(__name__)
@@ -82,6 +84,16 @@ def _raw_broken(raw: Any) -> bool:
     return bool(closed) if isinstance(closed, (bool, int)) else False
 
 
+def _operational(exc: BaseException, using: str) -> bool:
+    """Whether ``exc`` is an ``OperationalError`` or ``InterfaceError``, Django's or
+    the driver's of ``using``."""
+    database = getattr(connections[using], "Database", None)
+    classes: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+    if database is not None:
+        classes += (database.OperationalError, database.InterfaceError)
+    return isinstance(exc, classes)
+
+
 def is_disconnect(exc: BaseException, using: str) -> bool:
     """Whether ``exc``, raised by a statement on ``using``, means its connection died.
 
@@ -100,10 +112,7 @@ def is_disconnect(exc: BaseException, using: str) -> bool:
     """
     conn = connections[using]
     database = getattr(conn, "Database", None)
-    classes: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
-    if database is not None:
-        classes += (database.OperationalError, database.InterfaceError)
-    if not isinstance(exc, classes):
+    if not _operational(exc, using):
         return False
     driver = _driver_error(exc)
     if conn.vendor == "postgresql":
@@ -134,6 +143,32 @@ def in_one_line(exc: BaseException) -> str:
     line's reason, without the traceback."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def warn_failed(log: logging.Logger, using: str, message: str, *args: Any) -> None:
+    """Log, at WARNING on ``log``, that a step failed with the exception being handled.
+
+    Call it in an ``except`` block. While the database ``using`` is unreachable from
+    this thread (a database error after which :func:`unreachable` holds: an outage, a
+    partition, a server restart) the line ends with the error's first line and carries
+    no traceback: a worker retries its steps every second or so through an outage,
+    and each traceback would say only that again. Any other error keeps its traceback.
+
+    Parameters
+    ----------
+    log:
+        The caller's logger, so the line keeps its module's name.
+    using:
+        Alias of the connection the failed step used in this thread.
+    message, args:
+        The line, ``%``-style, as for :meth:`logging.Logger.warning`; when the
+        database is unreachable, ``": database unreachable (<first line>)"`` is added.
+    """
+    exc = sys.exc_info()[1]
+    if exc is not None and _operational(exc, using) and unreachable(exc, using):
+        log.warning(message + ": database unreachable (%s)", *args, in_one_line(exc))
+    else:
+        log.warning(message, *args, exc_info=True)
 
 
 def mark_used(using: str) -> None:

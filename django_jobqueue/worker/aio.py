@@ -54,6 +54,7 @@ from django.db import connections
 
 from .. import reaping
 from ..core.exceptions import UnknownJobType
+from ..core.reconnect import warn_failed
 from ..core.signals import job_started
 from ..store.registry import JobDescription, get_job_description, registered_job_types
 from . import executor
@@ -115,6 +116,7 @@ def _closing(func: Callable[..., Any]) -> Callable[..., Any]:
 class ForemanAsync:
     """The async side of a foreman: hands ``async def`` jobs to its loop."""
 
+    using: str
     concurrency: int
     governor: Governor
     completer: Completer | None
@@ -554,7 +556,7 @@ class ForemanAsync:
                     self._claim_lock.release()
         except Exception:
             # The runners' next claim meets the error again, where their loop backs off.
-            logger.warning("claiming ahead for the event loop failed", exc_info=True)
+            warn_failed(logger, self.using, "claiming ahead for the event loop failed")
         finally:
             self._loop_claiming = False
             recycle_connections()

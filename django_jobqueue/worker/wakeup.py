@@ -23,6 +23,7 @@ from collections.abc import Callable
 from django.db import connections
 
 from ..core.conf import get_config
+from ..core.reconnect import in_one_line
 from ..store.wakeups import CHANNEL, local_event
 from . import pooler
 
@@ -109,7 +110,9 @@ def listen(
     the in-process :data:`local_event` and polling still find every job. Behind a
     transaction pooler, or with psycopg 2, ``health`` stays down (idle workers
     poll at ``MIN_SLEEP_MS``). It blocks: run it in its own thread. It raises
-    nothing: failures are logged and retried.
+    nothing: failures are logged and retried, each a line with the error's first
+    line; the first of a run of failures also logs its traceback, unless it is the
+    driver's ``OperationalError`` (the server gone or unreachable).
 
     Implements: docs/design.md#execution.
     """
@@ -140,16 +143,21 @@ def listen(
             while not stop.is_set():
                 for notify in raw.notifies(timeout=0.5, stop_after=1):
                     on_wakeup(notify.payload)
-        except Exception:  # a lost listener only slows wake-ups; polling goes on
+        except Exception as exc:  # a lost listener only slows wake-ups; polling goes on
             if health.healthy:
                 health.mark_down()
                 on_wakeup("")  # sleeping workers now poll at MIN_SLEEP_MS
             pause = retry_pause_s(failures)
+            # The driver's OperationalError is the server gone or unreachable: its
+            # first line says all; another error's first traceback is worth reading.
+            driver = getattr(wrapper, "Database", None)
+            lost = driver is not None and isinstance(exc, driver.OperationalError)
             logger.warning(
                 "LISTEN connection failed; idle workers poll at their shortest sleep; "
-                "retrying in %.1f s",
+                "retrying in %.1f s (%s)",
                 pause,
-                exc_info=failures == 0,
+                in_one_line(exc),
+                exc_info=failures == 0 and not lost,
             )
             failures += 1
             stop.wait(pause)

@@ -1,7 +1,8 @@
-"""Quiet exits: a ``runworkers`` that stops while its database is unreachable (a TCP
-proxy the test closes) or after its database was dropped logs one warning for the
-statistics it could not write, and no traceback from its exit path (the lines after
-its SIGTERM: what it logged while it ran is another matter)."""
+"""Quiet outages and exits: a ``runworkers`` whose database becomes unreachable (a TCP
+proxy the test closes) logs each failing step in one line, with no traceback; one
+that stops while its database is unreachable or after its database was dropped logs
+one warning for the statistics it could not write, and no traceback from its exit
+path (the lines after its SIGTERM)."""
 
 from __future__ import annotations
 
@@ -74,15 +75,15 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 120) -> None:
         time.sleep(0.05)
 
 
-def behind_a_proxy(shutdown_timeout_ms: int) -> tuple[Proxy, StartedWorkers]:
-    """A ``runworkers`` on the test database through a TCP proxy the test can close;
-    ``wait_started`` not called yet."""
+def behind_a_proxy(shutdown_timeout_ms: int, *args: str) -> tuple[Proxy, StartedWorkers]:
+    """A ``runworkers`` on the test database through a TCP proxy the test can close,
+    with ``args`` added to its command line; ``wait_started`` not called yet."""
     settings = connection.settings_dict
     proxy = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"]))
     url = database_url().replace(f":{settings['PORT']}/", f":{proxy.port}/")
     workers = StartedWorkers(
         "--concurrency", "2", "--min-sleep", "10", "--max-sleep", "50",
-        "--shutdown-timeout", str(shutdown_timeout_ms),
+        "--shutdown-timeout", str(shutdown_timeout_ms), *args,
         env={"DATABASE_URL": url},
     )  # fmt: skip
     return proxy, workers
@@ -96,6 +97,30 @@ def exit_log_of(stopped: tuple[int, str]) -> str:
     assert code == 0, log[-5000:]
     assert "Traceback" not in exit_log, exit_log[-8000:]
     return exit_log
+
+
+def test_while_the_database_is_unreachable__each_failing_step_one_line() -> None:
+    """Through an outage a worker tries its steps again every second or so: each
+    failure is one line ending with the error's first line, never a traceback (which
+    would say only that again, a few times a second, for as long as the outage
+    lasts)."""
+    proxy, workers = behind_a_proxy(2000, "--heartbeat", "200")
+    try:
+        workers.wait_started()
+        proxy.close()
+        time.sleep(3)  # the schedules' pass runs each second, the heartbeat 5 times
+    finally:
+        proxy.close()
+        stopped = workers.stop()
+    code, log = stopped
+    assert code == 0, log[-5000:]
+    assert "Traceback" not in log, log[log.index("Traceback") - 500 :][:8000]
+    for step in ("materializing due schedules failed", "worker heartbeat failed"):
+        assert f"{step}" in log, log[-8000:]
+    failed = [line for line in log.splitlines() if " failed" in line]
+    assert failed, log[-8000:]
+    for line in failed:  # each names its reason: the error's first line
+        assert line.rstrip().endswith(")"), line
 
 
 def test_exit_while_the_database_is_unreachable__one_warning_no_traceback() -> None:

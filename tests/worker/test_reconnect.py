@@ -20,7 +20,12 @@ import pytest
 from django.db import DatabaseError, connection, connections, transaction
 
 from django_jobqueue import enqueue_job, storage
-from django_jobqueue.core.reconnect import is_disconnect, mark_used, retry_on_disconnect
+from django_jobqueue.core.reconnect import (
+    is_disconnect,
+    mark_used,
+    retry_on_disconnect,
+    warn_failed,
+)
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.worker.connections import check_before_handler
 from django_jobqueue.worker.foreman import Foreman, ForemanOptions
@@ -266,6 +271,44 @@ def test_is_disconnect__only_for_a_dead_connection() -> None:
         return syntax, timeout, dead
 
     assert in_thread(scenario) == (False, False, True)
+
+
+def test_warn_failed__one_line_for_a_dead_connection__a_traceback_otherwise(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = logging.getLogger("tests.warn_failed")
+
+    def step(sql: Callable[[Any], None], name: str) -> None:
+        try:
+            with connection.cursor() as cursor:
+                sql(cursor)
+        except DatabaseError:
+            warn_failed(log, "default", "step failed name=%s", name)
+            return
+        raise AssertionError("the statement did not fail")
+
+    def scenario() -> None:
+        step(lambda cursor: cursor.execute("SELEKT 1"), "syntax")
+        session = backend_id()
+        in_thread(lambda: kill_session(session))
+        step(lambda cursor: cursor.execute("SELECT 1"), "killed")
+        try:
+            raise ValueError("not the database's")
+        except ValueError:
+            warn_failed(log, "default", "step failed name=%s", "bug")
+
+    with caplog.at_level(logging.WARNING, logger="tests.warn_failed"):
+        in_thread(scenario)
+    records = {r.args[0]: r for r in caplog.records if r.name == "tests.warn_failed"}
+    assert list(records) == ["syntax", "killed", "bug"]
+    assert records["syntax"].exc_info is not None
+    assert records["syntax"].getMessage() == "step failed name=syntax"
+    assert records["killed"].exc_info is None
+    message = records["killed"].getMessage()
+    assert message.startswith("step failed name=killed: database unreachable (")
+    assert "\n" not in message and "Traceback" not in message
+    assert records["bug"].exc_info is not None
+    assert records["bug"].levelno == records["killed"].levelno == logging.WARNING
 
 
 def test_retry_on_disconnect__never_inside_the_callers_transaction() -> None:
