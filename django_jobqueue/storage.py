@@ -404,7 +404,9 @@ def hand_back_many(jobs: Sequence[Job], *, message: str | None = None) -> int:
         try:
             given += hand_back(job, message=message, keep_place=True)
         except Exception:
-            logger.warning("handing back a held job failed jid=%s", job.jid, exc_info=True)
+            reconnect.log_failure(
+                logger, job._state.db or "default", "handing back a held job failed jid=%s", job.jid
+            )
     return given
 
 

@@ -52,7 +52,7 @@ __all__ = [
     "mark_used",
     "retry_on_disconnect",
     "unreachable",
-    "warn_failed",
+    "log_failure",
 ]
 
 logger = logging.getLogger(__name__)
@@ -145,14 +145,17 @@ def in_one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def warn_failed(log: logging.Logger, using: str, message: str, *args: Any) -> None:
-    """Log, at WARNING on ``log``, that a step failed with the exception being handled.
+def log_failure(
+    log: logging.Logger, using: str, message: str, *args: Any, level: int = logging.WARNING
+) -> None:
+    """Log on ``log``, at ``level``, that a step failed with the exception being handled.
 
     Call it in an ``except`` block. While the database ``using`` is unreachable from
     this thread (a database error after which :func:`unreachable` holds: an outage, a
     partition, a server restart) the line ends with the error's first line and carries
-    no traceback: a worker retries its steps every second or so through an outage,
-    and each traceback would say only that again. Any other error keeps its traceback.
+    no traceback, at WARNING: a worker retries its steps every second or so through an
+    outage, and each traceback would say only that again. Any other error keeps its
+    traceback, at ``level``.
 
     Parameters
     ----------
@@ -163,12 +166,14 @@ def warn_failed(log: logging.Logger, using: str, message: str, *args: Any) -> No
     message, args:
         The line, ``%``-style, as for :meth:`logging.Logger.warning`; when the
         database is unreachable, ``": database unreachable (<first line>)"`` is added.
+    level:
+        The level of a failure that is not an outage (``logging.ERROR`` for a bug's).
     """
     exc = sys.exc_info()[1]
     if exc is not None and _operational(exc, using) and unreachable(exc, using):
         log.warning(message + ": database unreachable (%s)", *args, in_one_line(exc))
     else:
-        log.warning(message, *args, exc_info=True)
+        log.log(level, message, *args, exc_info=True)
 
 
 def mark_used(using: str) -> None:

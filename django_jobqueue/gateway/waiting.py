@@ -38,6 +38,7 @@ from django.db import connections
 
 from ..core.conf import get_config
 from ..core.dbclock import Now
+from ..core.reconnect import log_failure
 from ..models import Job
 from ..store.pauses import paused_queues
 from ..worker import wakeup
@@ -302,7 +303,9 @@ class _Watcher:
                 if len(found) > pending:
                     _wake(queue, found[pending:])
         except Exception:  # the database is away: claims end at their deadline
-            logger.warning("the gateway's claim watcher could not poll; again soon", exc_info=True)
+            log_failure(
+                logger, self.using, "the gateway's claim watcher could not poll; again soon"
+            )
             conn = connections[self.using]
             if conn.connection is not None and not conn.is_usable():
                 conn.close()

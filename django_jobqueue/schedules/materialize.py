@@ -17,6 +17,7 @@ from django.utils import timezone
 from ..core.dbclock import Now
 from ..core.exceptions import DuplicateJob, InvalidOption, JobQueueError, LockTimeout, WrongDatabase
 from ..core.origin import enqueued_by
+from ..core.reconnect import log_failure
 from ..enqueue import build_job, create_job
 from ..models import ScheduleJob
 from ..store import locks
@@ -212,5 +213,11 @@ def materialize_due(using: str, *, now: datetime | None = None) -> int:
         try:
             made += locks.retry_when_locked(using, _materialize_one, using, pk, plan_now)
         except Exception:
-            logger.exception("schedule pk=%s: materialising failed; retried next pass", pk)
+            log_failure(
+                logger,
+                using,
+                "schedule pk=%s: materialising failed; retried next pass",
+                pk,
+                level=logging.ERROR,
+            )
     return made

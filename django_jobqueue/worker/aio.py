@@ -54,7 +54,7 @@ from django.db import connections
 
 from .. import reaping
 from ..core.exceptions import UnknownJobType
-from ..core.reconnect import warn_failed
+from ..core.reconnect import log_failure
 from ..core.signals import job_started
 from ..store.registry import JobDescription, get_job_description, registered_job_types
 from . import executor
@@ -556,7 +556,7 @@ class ForemanAsync:
                     self._claim_lock.release()
         except Exception:
             # The runners' next claim meets the error again, where their loop backs off.
-            warn_failed(logger, self.using, "claiming ahead for the event loop failed")
+            log_failure(logger, self.using, "claiming ahead for the event loop failed")
         finally:
             self._loop_claiming = False
             recycle_connections()

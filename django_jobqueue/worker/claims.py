@@ -31,7 +31,7 @@ from collections.abc import Callable
 from django.db import connections
 
 from .. import reaping, storage
-from ..core.reconnect import warn_failed
+from ..core.reconnect import log_failure
 from ..models import Job
 from ..store.wakeups import notify_on_commit
 from .completer import Completer
@@ -125,7 +125,7 @@ class ForemanClaims:
                 except Exception:
                     # Not this job's failure: it runs; the next claim meets the
                     # error again, where the slot's loop backs off.
-                    warn_failed(logger, self.using, "claiming ahead failed worker=%s", worker)
+                    log_failure(logger, self.using, "claiming ahead failed worker=%s", worker)
                 finally:
                     self._claim_lock.release()
             return held

@@ -54,7 +54,7 @@ from typing import Any
 from django.db import connections
 
 from ..core.conf import get_config
-from ..core.reconnect import retry_on_disconnect, warn_failed
+from ..core.reconnect import log_failure, retry_on_disconnect
 from ..core.stopsignals import SignalRelay
 from ..models import Job
 from ..store.jobstats import process_stats
@@ -372,7 +372,7 @@ class Foreman(ForemanSlots, ForemanClaims, ForemanThreads, ForemanAsync):
             try:
                 self._hand_back_held("handed back at worker shutdown")
             except Exception:
-                warn_failed(logger, self.using, "handing back held jobs failed")
+                log_failure(logger, self.using, "handing back held jobs failed")
             if self.aio is not None:
                 self.aio.stop()  # its last tasks were handed back by _drain
                 if self._loop_claimer is not None:

@@ -38,7 +38,7 @@ from django.db import connections
 
 from .. import reaping, storage
 from ..core.conf import get_config
-from ..core.reconnect import close_dead, in_one_line, retry_on_disconnect, warn_failed
+from ..core.reconnect import close_dead, in_one_line, log_failure, retry_on_disconnect
 from ..flows.repair import REPAIR_EVERY_S, repair
 from ..models import JobStatus
 from ..store import tablestats
@@ -215,7 +215,7 @@ class ForemanThreads:
                 version=package_version(),
             )
         except Exception:
-            warn_failed(logger, self.using, "registering the worker failed name=%s", self.name)
+            log_failure(logger, self.using, "registering the worker failed name=%s", self.name)
             recycle_connections()
 
     def _beat_registry(self) -> None:
@@ -231,7 +231,7 @@ class ForemanThreads:
                 failed=failed,
             )
         except Exception:
-            warn_failed(logger, self.using, "worker heartbeat failed name=%s", self.name)
+            log_failure(logger, self.using, "worker heartbeat failed name=%s", self.name)
             recycle_connections()
 
     def _flush_stats(self) -> None:
@@ -240,7 +240,7 @@ class ForemanThreads:
             # a failed write is logged there and its counts kept for the next flush.
             retry_on_disconnect(self.using, process_stats.flush, self.using)
         except Exception:
-            warn_failed(logger, self.using, "flushing job statistics failed")
+            log_failure(logger, self.using, "flushing job statistics failed")
             recycle_connections()
 
     def _prune(self) -> None:
@@ -248,7 +248,7 @@ class ForemanThreads:
             workers = retry_on_disconnect(self.using, prune_workers, self.using)
             stats = retry_on_disconnect(self.using, prune_stats, self.using)
         except Exception:
-            warn_failed(logger, self.using, "pruning workers and statistics failed")
+            log_failure(logger, self.using, "pruning workers and statistics failed")
             recycle_connections()
             return
         if workers or stats:
@@ -271,7 +271,7 @@ class ForemanThreads:
                     try:
                         self._beat_progress()
                     except Exception:
-                        warn_failed(logger, self.using, "progress beat failed")
+                        log_failure(logger, self.using, "progress beat failed")
                     continue
                 # A beat that failed (the database was unreachable even after one
                 # reconnect) is tried again soon, not a whole interval later; no
@@ -293,7 +293,7 @@ class ForemanThreads:
             try:
                 self.completer.flush()
             except Exception:
-                warn_failed(logger, self.using, "flushing completions failed")
+                log_failure(logger, self.using, "flushing completions failed")
         beaten = self._beat_leases(self._leases_to_extend())
         self._beat_registry()
         recycle_connections()
@@ -343,7 +343,7 @@ class ForemanThreads:
                 progress={pk: report for pk, (_r, report) in reports.items() if report},
             )
         except Exception:
-            warn_failed(logger, self.using, "heartbeat failed")
+            log_failure(logger, self.using, "heartbeat failed")
             for r, report in reports.values():
                 if report:
                     r.ctx.put_back_progress(report)
@@ -378,7 +378,7 @@ class ForemanThreads:
             with self._making_due:
                 reaped = reaping.reap_expired(self.using)
         except Exception:
-            warn_failed(logger, self.using, "reaping expired leases failed")
+            log_failure(logger, self.using, "reaping expired leases failed")
             return 0
         if reaped:
             self.wake()
@@ -394,7 +394,7 @@ class ForemanThreads:
         except ImproperlyConfiguredJobQueue:
             raise  # a bad declaration stops the foreman at once, loudly
         except Exception:
-            warn_failed(logger, self.using, "syncing declared schedules failed")
+            log_failure(logger, self.using, "syncing declared schedules failed")
 
     def _repair(self) -> None:
         """Make right the batches and workflows left stranded (docs/workflows.md
@@ -402,7 +402,7 @@ class ForemanThreads:
         try:
             retry_on_disconnect(self.using, repair, self.using)
         except Exception:
-            warn_failed(logger, self.using, "batch and workflow repair pass failed")
+            log_failure(logger, self.using, "batch and workflow repair pass failed")
 
     def _materialize_schedules(self) -> None:
         try:
@@ -413,7 +413,7 @@ class ForemanThreads:
             with self._making_due:
                 made = retry_on_disconnect(self.using, materialize_due, self.using)
         except Exception:
-            warn_failed(logger, self.using, "materializing due schedules failed")
+            log_failure(logger, self.using, "materializing due schedules failed")
             return
         if made:
             self.wake()
@@ -425,7 +425,7 @@ class ForemanThreads:
         try:
             retry_on_disconnect(self.using, tablestats.analyze_if_stale, self.using)
         except Exception:
-            warn_failed(
+            log_failure(
                 logger,
                 self.using,
                 "analyzing the job table failed (next try in %.0f s)",

@@ -22,9 +22,9 @@ from django.db import DatabaseError, connection, connections, transaction
 from django_jobqueue import enqueue_job, storage
 from django_jobqueue.core.reconnect import (
     is_disconnect,
+    log_failure,
     mark_used,
     retry_on_disconnect,
-    warn_failed,
 )
 from django_jobqueue.models import Job, JobStatus
 from django_jobqueue.worker.connections import check_before_handler
@@ -273,17 +273,17 @@ def test_is_disconnect__only_for_a_dead_connection() -> None:
     assert in_thread(scenario) == (False, False, True)
 
 
-def test_warn_failed__one_line_for_a_dead_connection__a_traceback_otherwise(
+def test_log_failure__one_line_for_a_dead_connection__a_traceback_otherwise(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    log = logging.getLogger("tests.warn_failed")
+    log = logging.getLogger("tests.log_failure")
 
     def step(sql: Callable[[Any], None], name: str) -> None:
         try:
             with connection.cursor() as cursor:
                 sql(cursor)
         except DatabaseError:
-            warn_failed(log, "default", "step failed name=%s", name)
+            log_failure(log, "default", "step failed name=%s", name)
             return
         raise AssertionError("the statement did not fail")
 
@@ -295,11 +295,11 @@ def test_warn_failed__one_line_for_a_dead_connection__a_traceback_otherwise(
         try:
             raise ValueError("not the database's")
         except ValueError:
-            warn_failed(log, "default", "step failed name=%s", "bug")
+            log_failure(log, "default", "step failed name=%s", "bug")
 
-    with caplog.at_level(logging.WARNING, logger="tests.warn_failed"):
+    with caplog.at_level(logging.WARNING, logger="tests.log_failure"):
         in_thread(scenario)
-    records = {r.args[0]: r for r in caplog.records if r.name == "tests.warn_failed"}
+    records = {r.args[0]: r for r in caplog.records if r.name == "tests.log_failure"}
     assert list(records) == ["syntax", "killed", "bug"]
     assert records["syntax"].exc_info is not None
     assert records["syntax"].getMessage() == "step failed name=syntax"
