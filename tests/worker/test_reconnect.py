@@ -283,7 +283,7 @@ def test_log_failure__one_line_for_a_dead_connection__a_traceback_otherwise(
             with connection.cursor() as cursor:
                 sql(cursor)
         except DatabaseError:
-            log_failure(log, "default", "step failed name=%s", name)
+            log_failure(log, "default", "step failed name=%s", name, level=logging.ERROR)
             return
         raise AssertionError("the statement did not fail")
 
@@ -308,7 +308,9 @@ def test_log_failure__one_line_for_a_dead_connection__a_traceback_otherwise(
     assert message.startswith("step failed name=killed: database unreachable (")
     assert "\n" not in message and "Traceback" not in message
     assert records["bug"].exc_info is not None
-    assert records["bug"].levelno == records["killed"].levelno == logging.WARNING
+    assert records["bug"].levelno == logging.WARNING  # the default level
+    assert records["syntax"].levelno == logging.ERROR  # the level asked for
+    assert records["killed"].levelno == logging.WARNING  # an outage: always WARNING
 
 
 def test_retry_on_disconnect__never_inside_the_callers_transaction() -> None:
