@@ -49,10 +49,10 @@ __all__ = [
     "idle_for",
     "in_one_line",
     "is_disconnect",
+    "log_failure",
     "mark_used",
     "retry_on_disconnect",
     "unreachable",
-    "log_failure",
 ]
 
 logger = logging.getLogger(__name__)
@@ -132,10 +132,14 @@ def is_disconnect(exc: BaseException, using: str) -> bool:
 
 
 def unreachable(exc: BaseException, using: str) -> bool:
-    """Whether ``exc``, raised by a call on ``using`` in this thread, leaves it with no
-    live connection: a disconnect (:func:`is_disconnect`), or a reconnect that failed
-    (the server down or unreachable), which leaves none."""
-    return is_disconnect(exc, using) or connections[using].connection is None
+    """Whether ``exc``, raised by a call on ``using`` in this thread, is the database
+    out of reach: a disconnect (:func:`is_disconnect`), or an ``OperationalError`` or
+    ``InterfaceError`` after which this thread has no connection (a connect that
+    failed: the server down or unreachable). Any other exception (a bug's, raised
+    before the first statement as much as after) is not."""
+    if is_disconnect(exc, using):
+        return True
+    return _operational(exc, using) and connections[using].connection is None
 
 
 def in_one_line(exc: BaseException) -> str:
@@ -168,9 +172,14 @@ def log_failure(
         database is unreachable, ``": database unreachable (<first line>)"`` is added.
     level:
         The level of a failure that is not an outage (``logging.ERROR`` for a bug's).
+
+    Raises
+    ------
+    django.utils.connection.ConnectionDoesNotExist
+        ``using`` is not an alias of ``DATABASES``.
     """
     exc = sys.exc_info()[1]
-    if exc is not None and _operational(exc, using) and unreachable(exc, using):
+    if exc is not None and unreachable(exc, using):
         log.warning(message + ": database unreachable (%s)", *args, in_one_line(exc))
     else:
         log.log(level, message, *args, exc_info=True)

@@ -17,7 +17,7 @@ from django.utils import timezone
 from ..core.dbclock import Now
 from ..core.exceptions import DuplicateJob, InvalidOption, JobQueueError, LockTimeout, WrongDatabase
 from ..core.origin import enqueued_by
-from ..core.reconnect import log_failure
+from ..core.reconnect import unreachable
 from ..enqueue import build_job, create_job
 from ..models import ScheduleJob
 from ..store import locks
@@ -191,6 +191,13 @@ def materialize_due(using: str, *, now: datetime | None = None) -> int:
     int
         The number of jobs made by this call.
 
+    Raises
+    ------
+    django.db.OperationalError, django.db.InterfaceError
+        The database is out of reach (before or during the pass): the plans not
+        made yet are due at the next call. A plan that fails otherwise is logged with
+        its traceback and skipped until the next call.
+
     Implements: docs/design.md#plans.
     """
 
@@ -212,12 +219,8 @@ def materialize_due(using: str, *, now: datetime | None = None) -> int:
     for pk, plan_now in locks.retry_when_locked(using, due_plans):
         try:
             made += locks.retry_when_locked(using, _materialize_one, using, pk, plan_now)
-        except Exception:
-            log_failure(
-                logger,
-                using,
-                "schedule pk=%s: materialising failed; retried next pass",
-                pk,
-                level=logging.ERROR,
-            )
+        except Exception as exc:
+            if unreachable(exc, using):
+                raise  # every plan left would fail the same: the pass ends, in one line
+            logger.exception("schedule pk=%s: materialising failed; retried next pass", pk)
     return made

@@ -112,7 +112,7 @@ def listen(
     poll at ``MIN_SLEEP_MS``). It blocks: run it in its own thread. It raises
     nothing: failures are logged and retried, each a line with the error's first
     line; the first of a run of failures also logs its traceback, unless it is the
-    driver's ``OperationalError`` (the server gone or unreachable).
+    driver's ``OperationalError`` (a connection that failed or was lost).
 
     Implements: docs/design.md#execution.
     """
@@ -148,8 +148,9 @@ def listen(
                 health.mark_down()
                 on_wakeup("")  # sleeping workers now poll at MIN_SLEEP_MS
             pause = retry_pause_s(failures)
-            # The driver's OperationalError is the server gone or unreachable: its
-            # first line says all; another error's first traceback is worth reading.
+            # The driver's OperationalError is a connection that failed or was lost
+            # (refused, ended, refused a login): its first line says why; another
+            # error's first traceback is worth reading.
             driver = getattr(wrapper, "Database", None)
             lost = driver is not None and isinstance(exc, driver.OperationalError)
             logger.warning(

@@ -242,6 +242,19 @@ def test_claimed_under__finds_a_claim_whose_reply_was_lost() -> None:
     assert storage.claimed_under("default", "no-such-token") == []
 
 
+def statement_timeout(cursor: Any) -> None:
+    """A statement that fails with an ``OperationalError`` on a live connection (its
+    statement timeout): not a disconnect."""
+    if connection.vendor == "postgresql":
+        cursor.execute("SET statement_timeout = 10")
+        try:
+            cursor.execute("SELECT pg_sleep(1)")
+        finally:
+            cursor.execute("SET statement_timeout = 0")
+    else:
+        cursor.execute("SET STATEMENT max_statement_time = 0.01 FOR SELECT SLEEP(1)")
+
+
 def test_is_disconnect__only_for_a_dead_connection() -> None:
     def flag(sql: Callable[[Any], None]) -> bool:
         # Judged at once, on the connection the statement ran on (as the wrapper does).
@@ -251,16 +264,6 @@ def test_is_disconnect__only_for_a_dead_connection() -> None:
         except DatabaseError as exc:
             return is_disconnect(exc, "default")
         raise AssertionError("the statement did not fail")
-
-    def statement_timeout(cursor: Any) -> None:  # an OperationalError, not a disconnect
-        if connection.vendor == "postgresql":
-            cursor.execute("SET statement_timeout = 10")
-            try:
-                cursor.execute("SELECT pg_sleep(1)")
-            finally:
-                cursor.execute("SET statement_timeout = 0")
-        else:
-            cursor.execute("SET STATEMENT max_statement_time = 0.01 FOR SELECT SLEEP(1)")
 
     def scenario() -> tuple[bool, bool, bool]:
         syntax = flag(lambda cursor: cursor.execute("SELEKT 1"))
@@ -289,9 +292,11 @@ def test_log_failure__one_line_for_a_dead_connection__a_traceback_otherwise(
 
     def scenario() -> None:
         step(lambda cursor: cursor.execute("SELEKT 1"), "syntax")
+        step(statement_timeout, "timeout")  # an OperationalError, the connection alive
         session = backend_id()
         in_thread(lambda: kill_session(session))
         step(lambda cursor: cursor.execute("SELECT 1"), "killed")
+        connection.close()  # no connection now, as after a failed connect
         try:
             raise ValueError("not the database's")
         except ValueError:
@@ -300,17 +305,17 @@ def test_log_failure__one_line_for_a_dead_connection__a_traceback_otherwise(
     with caplog.at_level(logging.WARNING, logger="tests.log_failure"):
         in_thread(scenario)
     records = {r.args[0]: r for r in caplog.records if r.name == "tests.log_failure"}
-    assert list(records) == ["syntax", "killed", "bug"]
-    assert records["syntax"].exc_info is not None
-    assert records["syntax"].getMessage() == "step failed name=syntax"
-    assert records["killed"].exc_info is None
-    message = records["killed"].getMessage()
-    assert message.startswith("step failed name=killed: database unreachable (")
-    assert "\n" not in message and "Traceback" not in message
-    assert records["bug"].exc_info is not None
+    assert list(records) == ["syntax", "timeout", "killed", "bug"]
+    for name in ("syntax", "timeout", "bug"):  # not an outage: the traceback, as asked
+        assert records[name].exc_info is not None, name
+        assert records[name].getMessage() == f"step failed name={name}"
+    assert records["syntax"].levelno == records["timeout"].levelno == logging.ERROR
     assert records["bug"].levelno == logging.WARNING  # the default level
-    assert records["syntax"].levelno == logging.ERROR  # the level asked for
-    assert records["killed"].levelno == logging.WARNING  # an outage: always WARNING
+    killed = records["killed"]
+    assert killed.exc_info is None
+    assert killed.levelno == logging.WARNING  # an outage: WARNING whatever was asked
+    assert killed.getMessage().startswith("step failed name=killed: database unreachable (")
+    assert "\n" not in killed.getMessage()
 
 
 def test_retry_on_disconnect__never_inside_the_callers_transaction() -> None:
