@@ -37,10 +37,12 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import connections
 from django.db.utils import InterfaceError, OperationalError
+from django.utils import timezone
 
 __all__ = [
     "MYSQL_DISCONNECT_CODES",
@@ -53,6 +55,7 @@ __all__ = [
     "mark_used",
     "retry_on_disconnect",
     "unreachable",
+    "write_through_outage",
 ]
 
 logger = logging.getLogger(__name__)
@@ -270,3 +273,69 @@ def retry_on_disconnect(
         value = repeat() if repeat is not None else func(*args, **kwargs)
     mark_used(using)
     return value
+
+
+def write_through_outage(
+    log: logging.Logger,
+    using: str,
+    write: Callable[[], T],
+    *,
+    until: datetime | None,
+    what: str,
+    stopped: Callable[[], bool] = lambda: False,
+) -> T:
+    """Call ``write()``; while it fails because ``using`` is unreachable from this
+    thread (:func:`unreachable`), call it again 0.1 s, 0.2 s ... 1 s apart, until
+    ``until``.
+
+    For the outcome of a job (a write guarded by its lease token, safe to repeat: see
+    this module's docstring). A server restart or a failover lasts longer than the
+    one reconnect of :func:`retry_on_disconnect`; giving up at once would leave the
+    job to the reaper, to run a second time after an outage shorter than its lease.
+    Not longer than the lease: a write after it is refused by the lease token
+    anyway, the job being the reaper's.
+
+    Parameters
+    ----------
+    log:
+        The caller's logger: each pause logs ``database unreachable; <what> again in
+        <s> s`` there.
+    using:
+        Alias of the connection ``write`` uses in this thread.
+    write:
+        The write, called with no argument.
+    until:
+        An aware datetime: no try starts after it (1 s before the earliest lease of
+        the jobs written ends); None: no second try.
+    what:
+        The log line's words for the write (``"storing 18 results"``).
+    stopped:
+        Asked before each pause: True gives up now (the caller is stopping).
+
+    Returns
+    -------
+    T
+        What ``write`` returned.
+
+    Raises
+    ------
+    Exception
+        What ``write`` raised last: at once an error that is not the database out of
+        reach; an outage's when ``until`` comes, or ``stopped()`` says so.
+    """
+    pause = 0.1
+    while True:
+        try:
+            return write()
+        except Exception as exc:
+            if (
+                not unreachable(exc, using)
+                or until is None
+                or timezone.now() + timedelta(seconds=pause) >= until
+                or stopped()
+            ):
+                raise
+            log.warning("database unreachable; %s again in %.1f s", what, pause)
+            close_dead(using)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)

@@ -23,10 +23,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connections
-from django.utils import timezone
 
 from .. import storage
-from ..core.reconnect import close_dead, in_one_line, unreachable
+from ..core.reconnect import close_dead, in_one_line, unreachable, write_through_outage
 from ..models import Job
 from .connections import recycle_connections
 
@@ -222,28 +221,15 @@ class Completer:
         """
         items = [(job, result) for job, result, _cb, _ms in batch]
         run_ms = [ms for _job, _result, _cb, ms in batch]
-        using = _alias(batch)
         expiries = [job.lease_expires_at for job, _r, _cb, _ms in batch if job.lease_expires_at]
-        give_up = min(expiries) - timedelta(seconds=1) if expiries else None
-        pause = 0.1
-        while True:
-            try:
-                return storage.complete_many(items, run_ms=run_ms)
-            except Exception as exc:
-                # A dead session, or none at all: the reconnect itself failed.
-                if (
-                    not unreachable(exc, using)
-                    or give_up is None
-                    or timezone.now() + timedelta(seconds=pause) >= give_up
-                    or self._closed
-                ):
-                    raise
-                logger.warning(
-                    "database unreachable; storing %d results again in %.1f s", len(items), pause
-                )
-                close_dead(using)
-                time.sleep(pause)
-                pause = min(pause * 2, 1.0)
+        return write_through_outage(
+            logger,
+            _alias(batch),
+            lambda: storage.complete_many(items, run_ms=run_ms),
+            until=min(expiries) - timedelta(seconds=1) if expiries else None,
+            what=f"storing {len(items)} results",
+            stopped=lambda: self._closed,
+        )
 
     @staticmethod
     def _one(job: Job, result: Any, run_ms: int | None) -> bool:

@@ -35,7 +35,8 @@ import queue as queue_mod
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from datetime import timedelta
+from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
 from django.db import connections
@@ -43,6 +44,7 @@ from django.db import connections
 from .. import storage
 from ..core.conf import get_config
 from ..core.exceptions import NonRetryableError, PayloadTooLarge, UnknownJobType
+from ..core.reconnect import write_through_outage
 from ..core.signals import job_finished, job_started
 from ..core.validation import check_json
 from ..models import Job, JobStatus
@@ -400,10 +402,14 @@ def store_outcome(
     status: str | None
     problem = None if error is not None or ctx.cancelled else result_problem(result)
     if ctx.cancelled:
-        status = JobStatus.CANCELLED if storage.finish_cancelled(job) else None
+        status = _through_outage(
+            job, lambda: JobStatus.CANCELLED if storage.finish_cancelled(job) else None
+        )
     elif error is not None:
         retryable = not isinstance(error, NonRetryableError)
-        status = storage.fail(job, error, retryable=retryable, run_ms=run_ms)
+        status = _through_outage(
+            job, lambda: storage.fail(job, error, retryable=retryable, run_ms=run_ms)
+        )
         logger.error(
             "job failed jid=%s type=%s attempt=%s status=%s",
             job.jid,
@@ -420,7 +426,10 @@ def store_outcome(
                 f"the handler's result is not JSON ({type(problem).__name__}); "
                 "return dicts, lists, strings, numbers, booleans or None"
             )
-        status = storage.fail(job, problem, message=message, retryable=False, run_ms=run_ms)
+        status = _through_outage(
+            job,
+            lambda: storage.fail(job, problem, message=message, retryable=False, run_ms=run_ms),
+        )
         # The handler ran to its end: without this line the job's end says only
         # status=error, and the reason is on the job's page alone.
         logger.error(
@@ -438,10 +447,32 @@ def store_outcome(
             return PENDING
         return OFF_LOOP
     else:
-        status = JobStatus.DONE if storage.complete(job, result, run_ms=run_ms) else None
+        status = _through_outage(
+            job, lambda: JobStatus.DONE if storage.complete(job, result, run_ms=run_ms) else None
+        )
     _log_end(job, status, started, log_success)
     _finished(job, status)
     return status
+
+
+_T = TypeVar("_T")
+
+
+def _through_outage(job: Job, write: Callable[[], _T]) -> _T:
+    """Store ``job``'s outcome with ``write``, tried again while the database is out
+    of reach, until 1 s before the job's lease ends (as the batched successes are,
+    :class:`Completer`): a failure or a cancellation lost to an outage shorter than
+    the lease would leave the job to the reaper, and a job of a short type whose
+    start was not stored yet would go back unspent although it ran
+    (docs/prefetch.md). Raises what the last try raised."""
+    expires = job.lease_expires_at
+    return write_through_outage(
+        logger,
+        job._state.db or "default",
+        write,
+        until=expires - timedelta(seconds=1) if expires else None,
+        what=f"storing the outcome of jid={job.jid}",
+    )
 
 
 def time_out(job: Job, ctx: JobContext, *, started: float) -> str | None:

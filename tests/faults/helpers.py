@@ -6,10 +6,12 @@
 ``{"label": "<i>"}``); ``report`` prints one JSON object: ``statuses`` (jobs by
 status), ``done_types`` (done jobs by job type), ``runs`` (RunRecord rows by jid),
 ``doubles`` (by jid of a job that ran more than once: ``[attempt, worker, started]``
-of each run), ``results_missing`` (done jobs without their result) and ``pickup_s``
-(by jid: first run start minus enqueue time, s). All act on the database
-``DATABASE_URL`` names (tests/settings.py), which the fault fixtures point at a
-database of their own on a fault server.
+of each run), ``errors`` (by jid of those: ``[attempt, exception_class, message,
+at]`` of each entry of its errors, if its row is still there), ``results_missing``
+(done jobs without their result) and ``pickup_s`` (by jid: first run start minus
+enqueue time, s). All act on the database ``DATABASE_URL`` names
+(tests/settings.py), which the fault fixtures point at a database of their own on
+a fault server.
 """
 
 from __future__ import annotations
@@ -73,8 +75,16 @@ def main(argv: list[str]) -> int:
             for jid, n in runs.items()
             if n > 1
         }
+        errors = {
+            jid: [[e.get("attempt"), e.get("exception_class"), e.get("message"), e.get("at")]
+                  for e in job_errors or []]
+            for jid, job_errors in Job.objects.filter(jid__in=list(doubles)).values_list(
+                "jid", "errors"
+            )
+        }  # fmt: skip
         report = {
             "statuses": dict(statuses),
+            "errors": errors,
             "done_types": dict(
                 Counter(Job.objects.filter(status="done").values_list("job_type", flat=True))
             ),
