@@ -289,11 +289,14 @@ def write_through_outage(
     ``until``.
 
     For the outcome of a job (a write guarded by its lease token, safe to repeat: see
-    this module's docstring). A server restart or a failover lasts longer than the
-    one reconnect of :func:`retry_on_disconnect`; giving up at once would leave the
-    job to the reaper, to run a second time after an outage shorter than its lease.
-    Not longer than the lease: a write after it is refused by the lease token
-    anyway, the job being the reaper's.
+    this module's docstring), outside any transaction of the caller's. A server
+    restart or a failover lasts longer than the one reconnect of
+    :func:`retry_on_disconnect`; giving up at once would leave the job to the
+    reaper, to run a second time after an outage shorter than its lease. Not longer
+    than the lease: a write after it is refused by the lease token anyway, the job
+    being the reaper's. It blocks the calling thread meanwhile; the dead connection
+    is closed before each pause, and a try that starts before ``until`` may end a
+    connect timeout after it.
 
     Parameters
     ----------

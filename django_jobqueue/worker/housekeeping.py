@@ -305,7 +305,7 @@ class ForemanThreads:
         now = time.monotonic()
         extend = []
         for running in self._snapshot():
-            if running.storing or now < running.deadline + OVERDUE_S:
+            if running.storing or running.ctx.storing or now < running.deadline + OVERDUE_S:
                 extend.append(running)
             elif not running.overdue:
                 running.overdue = True

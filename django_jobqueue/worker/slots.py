@@ -161,11 +161,13 @@ class ForemanSlots:
 
     def _supervise(self, call: Any, slot: _Slot, halt: threading.Event) -> bool:
         """Wait for ``call``; return True if its job ran past its timeout (stored so,
-        and ``halt`` set: the stuck runner claims nothing more)."""
+        and ``halt`` set: the stuck runner claims nothing more). A job whose handler
+        returned and whose outcome is being stored (through an outage, until a
+        second before its lease ends) is not timed out."""
         while not call.done.wait(0.25):
             with slot.lock:
                 running = slot.current
-            if running is None or time.monotonic() < running.deadline:
+            if running is None or running.ctx.storing or time.monotonic() < running.deadline:
                 continue
             with slot.lock:
                 if slot.current is not running:

@@ -1,4 +1,4 @@
-"""The completer's outage retry follows the lease the database holds.
+"""The outage retry of a job's outcome follows the lease the database holds.
 
 A batched ``done`` write that meets an unreachable database is tried again until
 just before the batch's earliest lease expires. That expiry is the job's
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,9 @@ from django.db import connection
 
 from django_jobqueue import enqueue_job, storage
 from django_jobqueue.models import Job, JobStatus
+from django_jobqueue.worker import executor
 from django_jobqueue.worker.completer import Completer
+from django_jobqueue.worker.context import JobContext
 from tests.worker.test_reconnect import backend_id, in_thread, kill_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,3 +131,42 @@ def test_outage__no_retry_past_a_lease_a_heartbeat_shortened(
     row = Job.objects.get(pk=job.pk)
     assert (flags, row.status, row.lease_token) == ([False], JobStatus.PROCESSING, job.lease_token)
     assert retries(caplog) == 0
+
+
+@pytest.mark.vendor("postgresql", "mysql")
+def test_short_outage__a_failure_written_by_its_runner_is_stored_once_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler's failure is written by its runner, not batched: through an outage
+    shorter than the lease it is tried again, and stored once the server answers, with
+    the job's start (a claim that did not start it, as a prefetch's), so the attempt
+    counts and the job is not left to the reaper."""
+    caplog.set_level(logging.WARNING, logger="django_jobqueue.worker.executor")
+    enqueue_job(None, "worker.record", {"label": "x"})
+
+    def run() -> tuple[str | None, Job]:
+        (job,) = storage.claim("default", owner="w", limit=1, lease_ms=60_000, started=False)
+        session = backend_id()
+        in_thread(lambda: kill_session(session))
+        port = connection.settings_dict["PORT"]
+        connection.settings_dict["PORT"] = "1"  # nothing listens: a connect is refused
+        timer = threading.Timer(0.6, lambda: connection.settings_dict.update(PORT=port))
+        timer.start()
+        try:
+            status = executor.store_outcome(
+                job, JobContext(job, worker="w"), started=time.monotonic(),
+                error=RuntimeError("boom"), result=None,
+            )  # fmt: skip
+        finally:
+            timer.join()
+            connection.settings_dict["PORT"] = port
+        return status, job
+
+    status, job = in_thread(run)
+    row = Job.objects.get(pk=job.pk)
+    assert (status, row.status, row.attempt) == (JobStatus.RETRY, JobStatus.RETRY, 1)
+    assert row.started_at is not None
+    assert [e["attempt"] for e in row.errors] == [1]
+    assert "RuntimeError" in row.errors[0]["exception_class"]
+    again = [r for r in caplog.records if "again in" in r.getMessage()]
+    assert again and all(f"jid={job.jid}" in r.getMessage() for r in again)
