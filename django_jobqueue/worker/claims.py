@@ -475,8 +475,9 @@ class ForemanClaims:
         if self.completer is not None:
             self.completer.close()  # stored successes are not handed back
         # Not those whose outcome is being written (batched, or by their runner
-        # through an outage): their handlers ran, and a hand-back would undo that.
-        left = [r for r in self._snapshot() if not (r.storing or r.ctx.storing)]
+        # through an outage: ctx.storing covers both): their handlers ran, and a
+        # hand-back would undo that.
+        left = [r for r in self._snapshot() if not r.ctx.storing]
         for running in left:
             running.ctx.mark_lease_lost()
             if storage.hand_back(running.job, message="handed back at worker shutdown"):

@@ -305,7 +305,8 @@ class ForemanThreads:
         now = time.monotonic()
         extend = []
         for running in self._snapshot():
-            if running.storing or running.ctx.storing or now < running.deadline + OVERDUE_S:
+            # ctx.storing: its handler returned; its outcome (batched or not) is on its way.
+            if running.ctx.storing or now < running.deadline + OVERDUE_S:
                 extend.append(running)
             elif not running.overdue:
                 running.overdue = True
